@@ -1,0 +1,154 @@
+"""Damped Newton on the Laguerre weights (Kitagawa, Merigot, Thibert, JEMS 2019).
+
+Solve ``G(psi) = m`` where ``G_i`` is the mass of the Laguerre cell i. The
+Jacobian is the weighted graph Laplacian ``DG = D - W`` with
+``W_ij = (int of rho over facet ij) / (2 |y_i - y_j|)``; its constant null
+space is fixed by a tiny diagonal regulariser. Each step solves
+``DG d = m - G`` and halves ``t`` until every cell keeps at least
+``eps0 = min(min m, min G(psi_0)) / 2`` and
+``|G(psi + t d) - m| <= (1 - t/2) |G(psi) - m|``.
+
+Exact duplicates are merged (one active representative carries the group's
+mass) and zero-mass Diracs are inactive, so every active cell has a positive
+target. The start is the Voronoi diagram (psi = 0); if a cell is then empty
+(Dirac outside the support, or in a zero-density region) the seeds are shrunk
+towards the densest pixel: ``psi_i = |y_i - c|^2 (1 - 1/s)`` gives the
+Voronoi diagram of ``c + (y_i - c) / s``, and s doubles until all cells have mass.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import array_api_compat as aac
+
+from . import _compat, geometry, integrate
+
+REGULARISATION = 1e-9
+
+
+class Problem(NamedTuple):
+    """A semi-discrete problem in the computation namespace."""
+
+    seeds: object      # (n, 2)
+    masses: object     # (n,), total = total density mass
+    density: object    # (n_x, n_y) cell values, integral = total mass
+    lo: object         # (2,)
+    hi: object         # (2,)
+
+
+class Solution(NamedTuple):
+    psi: object
+    cells: object
+    moments: object    # (n, 4): mass, first moments and second moment about the seed
+    facets: object
+    residual: object
+    iterations: object
+    converged: object
+
+
+def group_duplicates(xp, seeds, masses):
+    """Representative of each Dirac (first of its exact duplicates), activity, targets."""
+    n = seeds.shape[0]
+    dev = aac.device(seeds)
+    o1 = xp.argsort(seeds[:, 1], stable=True)
+    perm = xp.take(o1, xp.argsort(xp.take(seeds[:, 0], o1), stable=True))
+    s = xp.take(seeds, perm, axis=0)
+    same = xp.all(s[1:, :] == s[:-1, :], axis=1)
+    start = xp.concat([xp.ones((1,), dtype=xp.bool, device=dev), ~same])
+    gid = xp.cumulative_sum(xp.astype(start, xp.int64)) - 1
+    rep_sorted = xp.take(perm, xp.searchsorted(gid, gid))
+    rep = xp.take(rep_sorted, xp.argsort(perm))
+    group_mass = _compat.segment_sum(xp, masses, rep, n)
+    active = (rep == xp.arange(n, dtype=rep.dtype, device=dev)) & (group_mass > 0)
+    return rep, active, xp.where(active, group_mass, 0.0)
+
+
+def evaluate(xp, prob, psi, active):
+    """Cells, per-cell moments and per-edge facet integrals at weights ``psi``."""
+    cells = geometry.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi)
+    moments, facets = integrate.cell_integrals(xp, prob.seeds, cells, prob.density, prob.lo, prob.hi)
+    return cells, moments, facets
+
+
+def newton_direction(xp, prob, facets, active, rhs):
+    """Solve ``DG d = rhs`` (sparse, regularised weighted Laplacian)."""
+    n = rhs.shape[0]
+    cell, label = facets["cell"], facets["label"]
+    is_facet = (label >= 0) & facets["valid"]
+    other = xp.where(is_facet, label, cell)
+    diff = xp.take(prob.seeds, cell, axis=0) - xp.take(prob.seeds, other, axis=0)
+    dist = xp.sqrt(xp.sum(diff * diff, axis=1))
+    w = xp.where(is_facet, facets["rho"] / (2.0 * xp.where(is_facet, dist, 1.0)), 0.0)
+    diag = _compat.segment_sum(xp, w, cell, n)
+    scale = xp.sum(diag) / xp.maximum(xp.sum(xp.astype(active, diag.dtype)), 1.0)
+    diag = xp.where(active, diag + REGULARISATION * scale, 1.0)
+    return _compat.solve_laplacian(xp, cell, other, w, diag, xp.where(active, rhs, 0.0))
+
+
+def _masked_min(xp, x, mask):
+    return xp.min(xp.where(mask, x, xp.inf))
+
+
+def initial_weights(xp, prob, active):
+    """Weights where every active cell has positive mass (see module docstring)."""
+    dens = prob.density
+    flat = xp.argmax(xp.reshape(dens, (-1,)))
+    ny = dens.shape[1]
+    ij = xp.stack([flat // ny, flat % ny])
+    shape = xp.asarray(dens.shape, dtype=prob.seeds.dtype, device=aac.device(dens))
+    centre = prob.lo + (xp.astype(ij, prob.seeds.dtype) + 0.5) / shape * (prob.hi - prob.lo)
+    r2 = xp.sum((prob.seeds - centre) ** 2, axis=1)
+
+    def cond(state):
+        psi, moments, shrink = state
+        return (_masked_min(xp, moments[:, 0], active) <= 0) & (shrink < 2.0 ** 60)
+
+    def body(state):
+        _, _, shrink = state
+        shrink = 2.0 * shrink
+        psi = r2 * (1.0 - 1.0 / shrink)
+        return psi, evaluate(xp, prob, psi, active)[1], shrink
+
+    psi0 = xp.zeros_like(r2)
+    one = xp.asarray(1.0, dtype=r2.dtype, device=aac.device(r2))
+    return _compat.while_loop(cond, body, (psi0, evaluate(xp, prob, psi0, active)[1], one))[0]
+
+
+def solve(xp, prob, tol, max_iter, active, targets, log=None, min_step=2.0 ** -30):
+    """Damped Newton from a start with non-empty cells. Returns a :class:`Solution`."""
+    psi = initial_weights(xp, prob, active)
+    cells, moments, facets = evaluate(xp, prob, psi, active)
+    eps0 = 0.5 * xp.minimum(_masked_min(xp, targets, active), _masked_min(xp, moments[:, 0], active))
+
+    def error(mom):
+        e = xp.where(active, mom[:, 0] - targets, 0.0)
+        return xp.max(xp.abs(e)), xp.sqrt(xp.sum(e * e))
+
+    def cond(state):
+        _, _, _, _, it, err = state
+        return (err > tol) & (it < max_iter)
+
+    def body(state):
+        psi, cells, moments, facets, it, err = state
+        _, norm0 = error(moments)
+        d = newton_direction(xp, prob, facets, active, targets - moments[:, 0])
+        t = 1.0
+        while True:  # damping: at most log2(1 / min_step) halvings
+            trial = psi + t * d
+            new = evaluate(xp, prob, trial, active)
+            err_t, norm_t = error(new[1])
+            ok = (_masked_min(xp, new[1][:, 0], active) >= eps0) & (norm_t <= (1.0 - 0.5 * t) * norm0)
+            if _compat.host_any(xp, ok) or t <= min_step:
+                break
+            t = 0.5 * t
+        if log is not None:
+            log(it + 1, err_t, t)
+        return trial, new[0], new[1], new[2], it + 1, err_t
+
+    err0, _ = error(moments)
+    if log is not None:
+        log(0, err0, 0.0)
+    it0 = xp.asarray(0, device=aac.device(psi))
+    psi, cells, moments, facets, it, err = _compat.while_loop(
+        cond, body, (psi, cells, moments, facets, it0, err0))
+    return Solution(psi, cells, moments, facets, err, it, err <= tol)
