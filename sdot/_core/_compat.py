@@ -149,7 +149,7 @@ def _knn_brute_force(xp, points, k, queries):
     chunk = max(1, int(4e6 // max(n * dim, 1)))
     rows = []
     for start in range(0, queries.shape[0], chunk):
-        block = queries[start:start + chunk, :]
+        block = queries[start:min(start + chunk, queries.shape[0]), :]
         diff = block[:, None, :] - points[None, :, :]
         d2 = xp.sum(diff * diff, axis=-1)
         rows.append(xp.argsort(d2, axis=1, stable=True)[:, :k])

@@ -67,8 +67,7 @@ def box_cells(xp, seeds, lo, hi, active, capacity: int):
     verts = xp.concat([corners, pad], axis=0)[None, :, :] - seeds[:, None, :]
     side = xp.asarray([-1, -2, -3, -4] + [-5] * (capacity - 4), dtype=xp.int64, device=dev)
     labels = xp.broadcast_to(side[None, :], (n, capacity))
-    count = xp.where(active, 4, 0)
-    return verts, labels, xp.astype(count, xp.int64)
+    return verts, labels, 4 * xp.astype(active, xp.int64)
 
 
 def clip_polygons(xp, verts, labels, count, normal, offset, label, skip):

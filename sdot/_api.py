@@ -1,0 +1,158 @@
+"""Public functions: validate, convert, dispatch to ``sdot._core``; no numerics here."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from . import _driver
+from ._core import newton, plan
+from ._measures import PolynomialGrid, _Diracs, align
+from ._diagram import PowerDiagram
+
+__all__ = ["distance", "distances", "barycenters", "optimal_transport_plan", "OtPlan",
+           "OtNotConverged", "default_tolerance"]
+
+#: Default stopping tolerance on the max absolute cell-mass error (masses normalised to 1).
+TOLERANCE = {"FP64": 1e-10, "FP32": 1e-5}
+
+
+def default_tolerance(dtype=None):
+    """Default tolerance for ``dtype`` ("FP64" or "FP32"; default: the driver's)."""
+    return TOLERANCE[dtype or _driver.driver.dtype]
+
+
+class OtNotConverged(RuntimeError):
+    """The Newton solve did not reach the tolerance within ``max_iter`` steps.
+
+    ``plan`` holds the partial :class:`OtPlan` (``plan.converged`` is False).
+    """
+
+    def __init__(self, message, plan):
+        super().__init__(message)
+        self.plan = plan
+
+
+@dataclass
+class OtPlan:
+    """The solution of a semi-discrete transport problem.
+
+    Attributes are arrays of the framework of the inputs (rule 1) or of the
+    driver (rule 2): ``distance`` (W2^2), ``barycenters`` ``(n, d)``,
+    ``cell_masses`` ``(n,)``, ``brenier_potential`` ``(n,)`` (the Laguerre
+    weights psi, mean 0 over the Diracs of positive mass), ``power_diagram``
+    (a :class:`PowerDiagram` at the optimal weights), and how the solve went:
+    ``converged``, ``iterations``, ``residual`` (max absolute cell-mass error).
+    """
+
+    distance: object
+    barycenters: object
+    cell_masses: object
+    brenier_potential: object
+    power_diagram: object
+    converged: object
+    iterations: object
+    residual: object
+
+
+def _check_pair(source, target):
+    if not isinstance(source, _Diracs):
+        raise TypeError(f"source must be a sum of Diracs (SumOfDiracs, ...), got {type(source).__name__}")
+    if not isinstance(target, PolynomialGrid):
+        raise TypeError(f"target must be a PolynomialGrid or Grid, got {type(target).__name__}")
+    if source.dim != 2:
+        raise NotImplementedError(f"sdot solves 2D problems for now; the source has dimension {source.dim}")
+    target = target.with_dim(source.dim)
+    if target.degree > 0:
+        raise NotImplementedError(
+            f"PolynomialGrid of degree {target.degree} is not supported yet: use one value per cell")
+    return align(source, target)
+
+
+def _problem(source, target):
+    """The core problem in the computation namespace and dtype (rule 3)."""
+    lo, hi = target.domain
+    xp = _driver.namespace(source.positions, target.values)
+    dtype = _driver.compute_dtype(xp)
+    cast = [xp.astype(a, dtype) for a in (source.positions, source.masses, target.density, lo, hi)]
+    prob = newton.Problem(*cast)
+    if not any(_driver.is_tracer(a) for a in cast):
+        total_m, total_rho = float(xp.sum(prob.masses)), float(target.integral if target.mass is None else target.mass)
+        if abs(total_m - total_rho) > 1e-6 * max(abs(total_rho), 1e-300):
+            raise ValueError(f"mass mismatch: the source has mass {total_m}, the target {total_rho}; "
+                             "use the default mass=1 on both, or equal masses")
+    return xp, prob
+
+
+def _printer(verbose):
+    if not verbose:
+        return None
+    start = time.perf_counter()
+
+    def log(step, residual, damping):
+        print(f"sdot newton step {int(step):3d}  residual {float(residual):.3e}  "
+              f"damping {float(damping):.4g}  time {time.perf_counter() - start:.3f}s")
+    return log
+
+
+def optimal_transport_plan(source, target, tol=None, max_iter=100, verbose=False,
+                           raise_on_failure=True):
+    """Solve the semi-discrete transport from ``source`` (Diracs) to ``target`` (grid).
+
+    Parameters
+    ----------
+    source : SumOfDiracs or SumOfWeightedDiracs
+    target : PolynomialGrid or Grid
+    tol : float, optional
+        Stopping tolerance on ``max_i |cell mass_i - m_i|`` (masses normalised
+        to 1). Default 1e-10 in FP64, 1e-5 in FP32.
+    max_iter : int
+        Maximum number of Newton steps.
+    verbose : bool
+        Print one line per Newton step (step, residual, damping, time).
+    raise_on_failure : bool
+        Raise :class:`OtNotConverged` (carrying the partial plan) if not
+        converged; otherwise return the partial plan.
+
+    Returns
+    -------
+    OtPlan
+    """
+    source, target = _check_pair(source, target)
+    if source.batched:
+        raise ValueError("optimal_transport_plan takes one source; use distances() for batches")
+    xp, prob = _problem(source, target)
+    tol = default_tolerance() if tol is None else float(tol)
+    res = plan.solve_plan(xp, prob, tol, int(max_iter), log=_printer(verbose))
+    sol = res["solution"]
+    diagram = PowerDiagram._from_solution(prob, sol.psi, sol.cells, sol.moments, res["active"])
+    out = OtPlan(power_diagram=diagram, **{k: res[k] for k in (
+        "distance", "barycenters", "cell_masses", "brenier_potential", "converged",
+        "iterations", "residual")})
+    if raise_on_failure and not _driver.is_tracer(out.converged) and not bool(out.converged):
+        raise OtNotConverged(f"no convergence in {int(out.iterations)} Newton steps: residual "
+                             f"{float(out.residual):.3e} > tol {tol:.1e}", out)
+    return out
+
+
+def distance(source, target, **options):
+    """W2^2 between ``source`` and ``target``: a scalar, or shape ``(b,)`` for a batch.
+
+    ``options`` are those of :func:`optimal_transport_plan`.
+    """
+    if isinstance(source, _Diracs) and source.batched:
+        return distances(source, target, **options)
+    return optimal_transport_plan(source, target, **options).distance
+
+
+def distances(sources, target, **options):
+    """W2^2 of every item of a batch of sources (``BatchOfSumOfDiracs``...), shape ``(b,)``."""
+    if not (isinstance(sources, _Diracs) and sources.batched):
+        raise TypeError("distances takes a BatchOfSumOfDiracs or BatchOfSumOfWeightedDiracs")
+    values = [optimal_transport_plan(sources[i], target, **options).distance for i in range(len(sources))]
+    xp = _driver.namespace(*values)
+    return xp.stack(values)
+
+
+def barycenters(source, target, **options):
+    """Barycentre of each Dirac's Laguerre cell under ``target``, shape ``(n, d)``."""
+    return optimal_transport_plan(source, target, **options).barycenters

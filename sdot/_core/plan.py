@@ -1,0 +1,54 @@
+"""From a solved problem to the transport plan's quantities.
+
+Duplicates share their representative's cell: each gets the share of the
+cell's mass proportional to its own mass, the cell's barycentre and weight.
+Zero-mass Diracs get an empty cell and the weight
+``min(psi) - D^2`` (D the diameter of the domain and the seeds), which keeps
+their cell empty. Weights are reported with mean 0.
+"""
+from __future__ import annotations
+
+from . import newton
+
+
+def solve_plan(xp, prob, tol, max_iter, log=None):
+    """Solve ``prob`` and return a dict of arrays (see :class:`sdot.OtPlan`)."""
+    rep, active, targets = newton.group_duplicates(xp, prob.seeds, prob.masses)
+    sol = newton.solve(xp, prob, tol, max_iter, active, targets, log=log)
+    return dict(plan_arrays(xp, prob, sol, rep, active, targets), solution=sol, active=active)
+
+
+def plan_arrays(xp, prob, sol, rep, active, targets):
+    """Distance, barycentres, cell masses and weights of every Dirac."""
+    seeds, masses = prob.seeds, prob.masses
+    mom = sol.moments
+    g = mom[:, 0]
+    has_mass = g > 0
+    safe = xp.where(has_mass, g, 1.0)
+    bary = seeds + xp.where(has_mass[:, None], mom[:, 1:3] / safe[:, None], 0.0)
+    group_mass = xp.take(targets, rep)
+    share = xp.where(group_mass > 0, masses / xp.where(group_mass > 0, group_mass, 1.0), 0.0)
+    cell_masses = xp.take(g, rep) * share
+    barycenters = xp.take(bary, rep, axis=0)
+    psi = xp.take(sol.psi, rep)
+    lives = xp.take(active, rep)
+    span = xp.concat([seeds, prob.lo[None, :], prob.hi[None, :]], axis=0)
+    diam2 = xp.sum((xp.max(span, axis=0) - xp.min(span, axis=0)) ** 2)
+    psi_min = xp.min(xp.where(active, sol.psi, xp.inf))
+    psi = xp.where(lives, psi, psi_min - diam2)
+    count = xp.maximum(xp.sum(xp.astype(lives, psi.dtype)), 1.0)
+    psi = psi - xp.sum(xp.where(lives, psi, 0.0)) / count
+    distance = xp.sum(xp.where(active, mom[:, 3], 0.0))
+    return dict(distance=distance, barycenters=barycenters, cell_masses=cell_masses,
+                brenier_potential=psi, residual=sol.residual, iterations=sol.iterations,
+                converged=sol.converged)
+
+
+def diagram(xp, seeds, psi, density, lo, hi):
+    """Cells and per-cell moments of the power diagram ``(seeds, psi)``.
+
+    Of exact duplicates, the first keeps the cell (the others are empty).
+    """
+    _, active, _ = newton.group_duplicates(xp, seeds, xp.ones_like(psi))
+    prob = newton.Problem(seeds, None, density, lo, hi)
+    return newton.evaluate(xp, prob, psi, active)

@@ -1,0 +1,148 @@
+"""``PowerDiagram``: a Laguerre diagram to inspect, plot, and fit to target masses."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _driver
+from ._core import newton, plan
+
+__all__ = ["PowerDiagram", "Cell"]
+
+
+def _to_numpy(x):
+    if hasattr(x, "detach"):
+        x = x.detach().cpu()
+    return np.asarray(x)
+
+
+class Cell:
+    """One Laguerre cell (built on demand by :attr:`PowerDiagram.cells`).
+
+    Attributes: ``index``; ``measure`` (mass of the density on the cell: the
+    area for a diagram without target); ``barycenter`` ``(d,)`` (the seed if
+    the cell is empty); ``vertices`` ``(k, 2)`` counter-clockwise, absolute
+    coordinates; ``facets``: list of ``(neighbour, (start, end))`` where
+    ``neighbour`` is the index of the adjacent seed, or ``-1 - side`` for a
+    side of the domain (0: y = lo, 1: x = hi, 2: y = hi, 3: x = lo).
+    """
+
+    def __init__(self, index, measure, barycenter, vertices, labels):
+        self.index, self.measure, self.barycenter, self.vertices = index, measure, barycenter, vertices
+        k = len(vertices)
+        self.facets = [(int(labels[a]), (vertices[a], vertices[(a + 1) % k])) for a in range(k)]
+
+    def plot(self, ax=None, **style):
+        """Draw the cell boundary with matplotlib (optional dependency)."""
+        import matplotlib.pyplot as plt
+
+        ax = plt.gca() if ax is None else ax
+        v = _to_numpy(self.vertices)
+        if len(v):
+            closed = np.concatenate([v, v[:1]])
+            ax.plot(closed[:, 0], closed[:, 1], **({"color": "k", "lw": 0.5} | style))
+        return ax
+
+    def __repr__(self):
+        return f"Cell(index={self.index}, measure={float(self.measure):.6g}, vertices={len(self.vertices)})"
+
+
+class PowerDiagram:
+    """The Laguerre (power) diagram of seeds ``positions`` with ``weights``.
+
+    Cell i is ``{x in domain : |x - y_i|^2 - w_i <= |x - y_j|^2 - w_j for all j}``.
+
+    Parameters
+    ----------
+    positions : array_like, shape (n, 2)
+    weights : array_like, shape (n,), optional
+        Default 0 (the Voronoi diagram).
+    domain : pair (lo, hi), optional
+        Default the unit square.
+    """
+
+    def __init__(self, positions, weights=None, domain=None):
+        from ._measures import Grid, SumOfDiracs
+
+        src = SumOfDiracs(positions)
+        if src.dim != 2:
+            raise NotImplementedError(f"PowerDiagram is 2D for now; positions have dimension {src.dim}")
+        xp = _driver.namespace(src.positions)
+        w = xp.zeros((src.n,), dtype=src.positions.dtype) if weights is None else _driver.to_array(weights, "weights")
+        if tuple(w.shape) != (src.n,):
+            raise ValueError(f"weights must have shape ({src.n},), got {tuple(w.shape)}")
+        self.positions, self.weights = src.positions, w
+        self._target = Grid(xp.ones((1, 1), dtype=src.positions.dtype), domain=domain, mass=None)
+        self._state = None
+
+    @classmethod
+    def _from_solution(cls, prob, psi, cells, moments, active):
+        obj = object.__new__(cls)
+        obj.positions, obj.weights, obj._target = prob.seeds, psi, None
+        obj._state = (prob, cells, moments)
+        return obj
+
+    def _compute(self):
+        if self._state is None:
+            lo, hi = self._target.domain
+            xp = _driver.namespace(self.positions, self.weights, lo)
+            dtype = _driver.compute_dtype(xp)
+            seeds, psi, lo, hi = (xp.astype(a, dtype) for a in (self.positions, self.weights, lo, hi))
+            dens = xp.ones((1, 1), dtype=dtype)
+            cells, moments, _ = plan.diagram(xp, seeds, psi, dens, lo, hi)
+            self._state = (newton.Problem(seeds, None, dens, lo, hi), cells, moments)
+        return self._state
+
+    @property
+    def cells(self):
+        """List of :class:`Cell` (a Python object per cell: for inspection, not for speed)."""
+        prob, cells, moments = self._compute()
+        seeds = _to_numpy(prob.seeds)
+        verts, labels, count = (_to_numpy(a) for a in (cells.vertices, cells.labels, cells.count))
+        mom = _to_numpy(moments)
+        out = []
+        for i in range(seeds.shape[0]):
+            k = int(count[i])
+            bary = seeds[i] + (mom[i, 1:3] / mom[i, 0] if mom[i, 0] > 0 else 0.0)
+            out.append(Cell(i, mom[i, 0], bary, verts[i, :k] + seeds[i], labels[i, :k]))
+        return out
+
+    def adjust_weights(self, dirac_masses, target_distribution, **options):
+        """Solve for the weights that give cell ``i`` the mass ``dirac_masses[i]``.
+
+        Stores the optimal weights in ``self.weights`` (and the target for
+        :attr:`cells`) and returns the :class:`~sdot.OtPlan`.
+        """
+        from ._api import optimal_transport_plan
+        from ._measures import SumOfWeightedDiracs
+
+        result = optimal_transport_plan(SumOfWeightedDiracs(self.positions, dirac_masses),
+                                        target_distribution, **options)
+        solved = result.power_diagram
+        self.weights, self._state, self._target = result.brenier_potential, solved._state, None
+        return result
+
+    def plot(self, ax=None, points=True, **style):
+        """Draw every cell (and the seeds) with matplotlib; returns the axes."""
+        import matplotlib.pyplot as plt
+
+        ax = plt.gca() if ax is None else ax
+        prob, cells, _ = self._compute()
+        seeds = _to_numpy(prob.seeds)
+        verts, count = _to_numpy(cells.vertices), _to_numpy(cells.count)
+        k = np.arange(verts.shape[1])
+        nxt = np.where(k[None, :] + 1 < count[:, None], k[None, :] + 1, 0)
+        a = verts + seeds[:, None, :]
+        b = np.take_along_axis(a, nxt[..., None].repeat(2, axis=2), axis=1)
+        valid = k[None, :] < count[:, None]
+        segs = np.stack([a[valid], b[valid]], axis=1)
+        from matplotlib.collections import LineCollection
+
+        ax.add_collection(LineCollection(segs, **({"colors": "k", "linewidths": 0.5} | style)))
+        if points:
+            ax.plot(seeds[:, 0], seeds[:, 1], ".", ms=2, color="C3")
+        ax.set_aspect("equal")
+        ax.autoscale_view()
+        return ax
+
+    def __repr__(self):
+        return f"PowerDiagram(n={self.positions.shape[0]})"
