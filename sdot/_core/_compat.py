@@ -16,8 +16,8 @@ import array_api_compat as aac
 import numpy as np
 
 __all__ = [
-    "segment_sum", "while_loop", "is_traced", "host_any", "host_int",
-    "nonzero", "knn", "solve_laplacian", "flat_take", "select",
+    "segment_sum", "while_loop", "is_traced", "host_any", "bucket", "capacity", "set_rows",
+    "jit_on_jax", "knn", "solve_laplacian", "flat_take", "select",
 ]
 
 
@@ -63,14 +63,21 @@ def host_any(xp, mask) -> bool:
     return bool(xp.any(mask))
 
 
-def host_int(xp, x) -> int:
-    """Concrete integer value of a 0-d array (eager only)."""
-    return int(x)
+def bucket(size: int, like) -> int:
+    """Array size to allocate for ``size`` items.
+
+    JAX compiles every primitive for every new shape, even eagerly: sizes are
+    rounded up to a power of two so that the compiled kernels are reused.
+    Other frameworks get the exact size.
+    """
+    if not aac.is_jax_array(like):
+        return size
+    return max(16, 1 << max(size - 1, 0).bit_length())
 
 
-def nonzero(xp, mask):
-    """Indices where a 1-d mask is true (eager only: data-dependent size)."""
-    return xp.nonzero(mask)[0]
+def capacity(xp, total, like) -> int:
+    """Concrete size for ``total`` items (eager only), bucketed for JAX."""
+    return bucket(int(total), like)
 
 
 def flat_take(x, idx):
@@ -214,13 +221,51 @@ def _solve_cg(xp, rows, cols, weights, diag, rhs, rtol=1e-13, max_iter=None):
     return while_loop(cond, body, (x, r, p, rz, it0))[0]
 
 
-def select(xp, mask):
-    """Indices of the true entries of a 1-d mask, and their validity.
+def select(xp, mask, size: int):
+    """``size`` indices, the true entries of the 1-d ``mask`` first (in order).
 
-    Eager: exactly the true indices (all valid). Traced: every index, with the
-    mask as validity, so that shapes stay static.
+    Returns ``(indices, valid)``; when ``size`` exceeds the number of true
+    entries, the extra indices are distinct false entries marked invalid.
+    Traceable (a stable argsort), so shapes stay static.
     """
-    if is_traced(mask):
-        return xp.arange(mask.shape[0], dtype=xp.int64), mask
-    idx = xp.nonzero(mask)[0]
-    return xp.astype(idx, xp.int64), xp.ones(idx.shape, dtype=xp.bool, device=aac.device(mask))
+    order = xp.argsort(xp.astype(~mask, xp.int8), stable=True)[:size]
+    return order, xp.take(mask, order)
+
+
+def set_rows(xp, x, idx, values):
+    """``x`` with rows ``idx`` (distinct) replaced by ``values``; out of place, traceable."""
+    order = xp.argsort(idx)
+    sorted_idx = xp.take(idx, order)
+    rows = xp.arange(x.shape[0], dtype=idx.dtype, device=aac.device(idx))
+    pos = xp.clip(xp.searchsorted(sorted_idx, rows), 0, idx.shape[0] - 1)
+    hit = xp.take(sorted_idx, pos) == rows
+    picked = xp.take(values, xp.take(order, pos), axis=0)
+    return xp.where(xp.reshape(hit, (-1,) + (1,) * (x.ndim - 1)), picked, x)
+
+
+def jit_on_jax(*static_argnames):
+    """Decorator: run the function under ``jax.jit`` when called with JAX arrays.
+
+    JAX dispatches eager operations one by one and compiles each for each new
+    shape; a jitted kernel compiles once per shape. ``xp`` (the first argument)
+    and ``static_argnames`` are static. Other frameworks call the function as is.
+    """
+    def wrap(fn):
+        jitted = []
+
+        def call(xp, *args, **kwargs):
+            if "jax" in getattr(xp, "__name__", ""):
+                if not jitted:
+                    import inspect
+
+                    import jax
+
+                    names = list(inspect.signature(fn).parameters)
+                    nums = (0,) + tuple(names.index(a) for a in static_argnames)
+                    jitted.append(jax.jit(fn, static_argnums=nums, static_argnames=static_argnames))
+                return jitted[0](xp, *args, **kwargs)
+            return fn(xp, *args, **kwargs)
+
+        call.__doc__, call.__name__, call.__wrapped__ = fn.__doc__, fn.__name__, fn
+        return call
+    return wrap

@@ -45,6 +45,7 @@ class Cells(NamedTuple):
     complete: object
 
 
+@_compat.jit_on_jax()
 def lifted(xp, seeds, psi, active):
     """Lifted points ``(y_i, sqrt(M - psi_i))``; inactive seeds are lifted far away."""
     big = xp.max(xp.where(active, psi, -xp.inf))
@@ -70,6 +71,7 @@ def box_cells(xp, seeds, lo, hi, active, capacity: int):
     return verts, labels, 4 * xp.astype(active, xp.int64)
 
 
+@_compat.jit_on_jax()
 def clip_polygons(xp, verts, labels, count, normal, offset, label, skip):
     """Clip each polygon by its half-plane ``u . normal <= offset`` (Sutherland-Hodgman).
 
@@ -106,51 +108,88 @@ def clip_polygons(xp, verts, labels, count, normal, offset, label, skip):
     return new_v, new_l, xp.minimum(new_count, cap), overflow
 
 
+def initial_cells(xp, seeds, psi, active, lo, hi, neighbours, capacity: int):
+    """The box clipped by the candidates ``neighbours`` (n, K) of every seed."""
+    n = seeds.shape[0]
+    verts, labels, count = box_cells(xp, seeds, lo, hi, active, capacity)
+    flags = xp.zeros((n,), dtype=xp.bool, device=aac.device(seeds))
+    rows = xp.arange(n, dtype=xp.int64, device=aac.device(seeds))
+    return clip_by(xp, seeds, psi, active, Cells(verts, labels, count, flags, ~flags), rows, neighbours)
+
+
 def clip_by(xp, seeds, psi, active, cells, rows, neighbours):
     """Clip the cells of seeds ``rows`` (m,) by the candidates ``neighbours`` (m, K).
 
     A candidate equal to the row itself, inactive, or marking "none" (-1) is skipped.
     """
-    verts, labels, count, overflow, complete = cells
-    own = _compat.flat_take(seeds, rows)
-    own_psi = xp.take(psi, rows)
     for col in range(neighbours.shape[1]):
-        j = neighbours[:, col]
-        none = j < 0
-        j = xp.where(none, rows, j)
-        d = _compat.flat_take(seeds, j) - own
-        offset = 0.5 * (xp.sum(d * d, axis=1) + own_psi - xp.take(psi, j))
-        skip = none | (j == rows) | ~xp.take(active, j) | (count == 0)
-        verts, labels, count, over = clip_polygons(xp, verts, labels, count, d, offset, j, skip)
-        overflow = overflow | over
-    return Cells(verts, labels, count, overflow, complete)
+        cells = _clip_column(xp, seeds, psi, active, cells, rows, neighbours[:, col])
+    return cells
 
 
-def find_cutters(xp, seeds, psi, active, cells, rows):
+@_compat.jit_on_jax()
+def _clip_column(xp, seeds, psi, active, cells, rows, j):
+    verts, labels, count, overflow, complete = cells
+    none = j < 0
+    j = xp.where(none, rows, j)
+    d = _compat.flat_take(seeds, j) - _compat.flat_take(seeds, rows)
+    offset = 0.5 * (xp.sum(d * d, axis=1) + xp.take(psi, rows) - xp.take(psi, j))
+    skip = none | (j == rows) | ~xp.take(active, j) | (count == 0)
+    verts, labels, count, over = clip_polygons(xp, verts, labels, count, d, offset, j, skip)
+    return Cells(verts, labels, count, overflow | over, complete)
+
+
+@_compat.jit_on_jax()
+def _take_rows(xp, cells, rows):
+    return Cells(*(_compat.flat_take(a, rows) for a in cells))
+
+
+@_compat.jit_on_jax()
+def _put_rows(xp, cells, rows, sub):
+    return Cells(*(_compat.set_rows(xp, a, rows, b) for a, b in zip(cells, sub)))
+
+
+def find_cutters(xp, seeds, psi, active, lift, cells, rows):
     """For every vertex of the cells ``rows``, a seed that cuts it off, or -1.
 
     The seed of least power at a vertex ``v`` is the nearest lifted seed to
     ``(v, 0)``; it cuts the vertex when its power is below the cell's own by
     more than the rounding of the half-plane test.
     """
-    verts, count = cells.vertices, cells.count
+    queries = _vertex_queries(xp, seeds, cells, rows)
+    j = _compat.knn(xp, lift, 1, queries=queries)
+    return _cut_test(xp, seeds, psi, cells, rows, xp.reshape(j, tuple(cells.count.shape) + (-1,)))
+
+
+@_compat.jit_on_jax()
+def _vertex_queries(xp, seeds, cells, rows):
+    verts = cells.vertices
     m, cap, _ = verts.shape
-    dev = aac.device(verts)
+    pts = xp.reshape(verts + _compat.flat_take(seeds, rows)[:, None, :], (m * cap, 2))
+    return xp.concat([pts, xp.zeros((m * cap, 1), dtype=pts.dtype, device=aac.device(pts))], axis=1)
+
+
+@_compat.jit_on_jax()
+def _cut_test(xp, seeds, psi, cells, rows, j):
+    verts, count = cells.vertices, cells.count
+    cap = verts.shape[1]
     own = _compat.flat_take(seeds, rows)
-    pts = xp.reshape(verts + own[:, None, :], (m * cap, 2))
-    zero = xp.zeros((m * cap, 1), dtype=pts.dtype, device=dev)
-    j = xp.reshape(_compat.knn(xp, lifted(xp, seeds, psi, active), 1,
-                               queries=xp.concat([pts, zero], axis=1)), (m, cap))
     d = _compat.flat_take(seeds, j) - own[:, None, :]
     own_psi = xp.take(psi, rows)[:, None]
-    other_psi = xp.reshape(xp.take(psi, xp.reshape(j, (-1,))), (m, cap))
+    other_psi = xp.reshape(xp.take(psi, xp.reshape(j, (-1,))), tuple(j.shape))
     dd = xp.sum(d * d, axis=-1)
     s = xp.sum(verts * d, axis=-1) - 0.5 * (dd + own_psi - other_psi)
     ud = xp.sqrt(xp.sum(verts * verts, axis=-1) * dd)
     tol = 64.0 * xp.finfo(verts.dtype).eps * (ud + dd + xp.abs(own_psi - other_psi))
-    k = xp.arange(cap, dtype=xp.int64, device=dev)[None, :]
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(verts))[None, :]
     cuts = (s > tol) & (k < count[:, None]) & (j != rows[:, None])
     return xp.where(cuts, j, -1)
+
+
+def _repair(xp, seeds, psi, active, cells, rows, cutters):
+    """Clip the cells ``rows`` by their ``cutters`` and put them back."""
+    sub = clip_by(xp, seeds, psi, active, _take_rows(xp, cells, rows), rows, cutters)
+    return _put_rows(xp, cells, rows, sub)
 
 
 def power_cells(xp, seeds, psi, active, lo, hi, k: int = 12, capacity: int = 16, rounds: int = 64):
@@ -166,60 +205,23 @@ def power_cells(xp, seeds, psi, active, lo, hi, k: int = 12, capacity: int = 16,
     """
     n = seeds.shape[0]
     neighbours = _compat.knn(xp, seeds, min(k + 1, n))
+    lift = lifted(xp, seeds, psi, active)
     while True:
-        cells = _verified_cells(xp, seeds, psi, active, lo, hi, neighbours, capacity, rounds)
+        cells = initial_cells(xp, seeds, psi, active, lo, hi, neighbours, capacity)
+        rows = xp.arange(n, dtype=xp.int64, device=aac.device(seeds))
+        for _ in range(rounds):
+            sub = _take_rows(xp, cells, rows)
+            cutters = find_cutters(xp, seeds, psi, active, lift, sub, rows)
+            cut = xp.any(cutters >= 0, axis=1)
+            if not _compat.host_any(xp, cut):
+                break
+            keep, valid = _compat.select(xp, cut, _compat.capacity(xp, xp.sum(xp.astype(cut, xp.int64)), cut))
+            rows = xp.take(rows, keep)
+            cutters = xp.where(valid[:, None], _compat.flat_take(cutters, keep), -1)
+            cells = _repair(xp, seeds, psi, active, cells, rows, cutters)
+        else:
+            unverified = _compat.set_rows(xp, xp.zeros((n,), dtype=xp.bool), rows, cut)
+            cells = cells._replace(complete=~unverified)
         if not _compat.host_any(xp, cells.overflow) or capacity >= 1024:
             return cells
         capacity *= 2
-
-
-def _verified_cells(xp, seeds, psi, active, lo, hi, neighbours, capacity, rounds):
-    n = seeds.shape[0]
-    dev = aac.device(seeds)
-    rows = xp.arange(n, dtype=xp.int64, device=dev)
-    verts, labels, count = box_cells(xp, seeds, lo, hi, active, capacity)
-    flags = xp.zeros((n,), dtype=xp.bool, device=dev)
-    cells = clip_by(xp, seeds, psi, active, Cells(verts, labels, count, flags, ~flags), rows, neighbours)
-    todo = rows
-    for _ in range(rounds):
-        sub = Cells(*(_compat.flat_take(a, todo) for a in cells))
-        cutters = find_cutters(xp, seeds, psi, active, sub, todo)
-        cut = xp.any(cutters >= 0, axis=1)
-        if not _compat.host_any(xp, cut):
-            return cells
-        keep = _compat.nonzero(xp, cut)
-        todo = xp.take(todo, keep)
-        sub = Cells(*(_compat.flat_take(a, keep) for a in sub))
-        sub = clip_by(xp, seeds, psi, active, sub, todo, _compat.flat_take(cutters, keep))
-        cells = _merge(xp, cells, sub, _scatter_mask(xp, todo, n))
-    complete = ~_scatter_mask(xp, todo, n)
-    return Cells(cells.vertices, cells.labels, cells.count, cells.overflow, complete)
-
-
-def _scatter_mask(xp, idx, n):
-    """Boolean mask of length n, true at the (sorted) indices ``idx``."""
-    pos = xp.searchsorted(idx, xp.arange(n, dtype=idx.dtype, device=aac.device(idx)))
-    pos = xp.clip(pos, 0, max(idx.shape[0] - 1, 0))
-    return (xp.take(idx, pos) == xp.arange(n, dtype=idx.dtype, device=aac.device(idx))) if idx.shape[0] else xp.zeros((n,), dtype=xp.bool, device=aac.device(idx))
-
-
-def _pad(xp, cells, capacity):
-    n, cap, _ = cells.vertices.shape
-    extra = capacity - cap
-    dev = aac.device(cells.vertices)
-    verts = xp.concat([cells.vertices, xp.zeros((n, extra, 2), dtype=cells.vertices.dtype, device=dev)], axis=1)
-    labels = xp.concat([cells.labels, xp.full((n, extra), -5, dtype=xp.int64, device=dev)], axis=1)
-    return Cells(verts, labels, cells.count, cells.overflow, cells.complete)
-
-
-def _merge(xp, cells, sub, mask):
-    """Replace the rows ``mask`` of ``cells`` by the rows of ``sub`` (in order)."""
-    if sub.vertices.shape[1] > cells.vertices.shape[1]:
-        cells = _pad(xp, cells, sub.vertices.shape[1])
-    pos = xp.maximum(xp.cumulative_sum(xp.astype(mask, xp.int64)) - 1, 0)
-    out = []
-    for full, part in zip(cells, sub):
-        picked = _compat.flat_take(part, pos)
-        m = xp.reshape(mask, (-1,) + (1,) * (full.ndim - 1))
-        out.append(xp.where(m, picked, full))
-    return Cells(*out)

@@ -42,14 +42,14 @@ def prefix_tables(xp, density, lo, hi):
     return xp.stack(tables)                                      # (3, ny, nx + 1)
 
 
-def _expand(xp, counts, total: int):
-    """For ``total = sum(counts)`` slots: the owner of each slot and its rank in it."""
+def _expand(xp, counts, size: int):
+    """``size >= sum(counts)`` slots: the owner of each slot, its rank in it, validity."""
     dev = aac.device(counts)
     ends = xp.cumulative_sum(counts)
-    slots = xp.arange(total, dtype=counts.dtype, device=dev)
-    owner = xp.searchsorted(ends, slots, side="right")
+    slots = xp.arange(size, dtype=counts.dtype, device=dev)
+    owner = xp.clip(xp.searchsorted(ends, slots, side="right"), 0, counts.shape[0] - 1)
     start = xp.take(ends - counts, owner)
-    return owner, slots - start
+    return owner, slots - start, slots < ends[-1]
 
 
 def _grid_coords(xp, points, lo, hi, shape):
@@ -57,69 +57,98 @@ def _grid_coords(xp, points, lo, hi, shape):
     return xp.clip(g, 0.0, shape)
 
 
-def edge_pieces(xp, seeds, cells, lo, hi, grid_shape):
-    """Split every valid cell edge at every grid line.
-
-    Returns a dict with, per piece: ``edge`` (index into the edge list), the
-    relative endpoints ``p``/``q`` (m, 2), the pixel ``ix``/``iy``; and per edge:
-    ``cell``, ``label``, ``valid``, the number of edges ``n_edges``.
-    """
-    verts, labels, count = cells.vertices, cells.labels, cells.count
+@_compat.jit_on_jax("grid_shape")
+def _edges(xp, seeds, cells, lo, hi, grid_shape):
+    """Every edge slot: endpoints (relative), grid coordinates, grid-line crossings."""
+    verts, count = cells.vertices, cells.count
     n, cap, _ = verts.shape
     dev = aac.device(verts)
     k = xp.arange(cap, dtype=xp.int64, device=dev)[None, :]
     base = xp.arange(n, dtype=xp.int64, device=dev)[:, None] * cap
     nxt = xp.reshape(base + xp.where(k + 1 < count[:, None], k + 1, 0), (-1,))
-    flat = xp.reshape(verts, (n * cap, 2))
-    ids, valid = _compat.select(xp, xp.reshape(k < count[:, None], (-1,)))
-    a = xp.take(flat, ids, axis=0)
-    b = xp.take(flat, xp.take(nxt, ids), axis=0)
-    cell = ids // cap
-    seed = xp.take(seeds, cell, axis=0)
+    a = xp.reshape(verts, (n * cap, 2))
+    b = xp.take(a, nxt, axis=0)
+    valid = xp.reshape(k < count[:, None], (-1,))
+    seed = xp.take(seeds, xp.reshape(xp.broadcast_to(xp.arange(n, device=dev)[:, None], (n, cap)), (-1,)), axis=0)
     shape = xp.asarray(grid_shape, dtype=verts.dtype, device=dev)
     ga = _grid_coords(xp, seed + a, lo, hi, shape)
     gb = _grid_coords(xp, seed + b, lo, hi, shape)
+    ncross = xp.astype(xp.abs(xp.floor(gb) - xp.floor(ga)), xp.int64) * xp.astype(valid, xp.int64)[:, None]
+    return a, b, ga, gb, ncross, valid
+
+
+def piece_sizes(xp, seeds, cells, lo, hi, grid_shape):
+    """Sizes to allocate: valid edges, grid-line crossings, pieces (eager only)."""
+    *_, ncross, valid = _edges(xp, seeds, cells, lo, hi, grid_shape)
+    n_edges = xp.sum(xp.astype(valid, xp.int64))
+    n_cross = xp.sum(ncross)
+    return tuple(_compat.capacity(xp, v, valid) for v in (n_edges, n_cross, n_edges + n_cross))
+
+
+def edge_pieces(xp, seeds, cells, lo, hi, grid_shape, sizes):
+    """Split every valid cell edge at every grid line.
+
+    ``sizes`` = (edges, crossings, pieces) capacities (see :func:`piece_sizes`).
+    Returns a dict with, per piece: ``edge`` (index into the edge list), the
+    relative endpoints ``p``/``q`` (m, 2), the pixel ``ix``/``iy``; and per edge:
+    ``cell``, ``label``, ``valid``.
+    """
+    n_edges, n_cross_cap, n_piece_cap = sizes
+    a, b, ga, gb, ncross, valid = _edges(xp, seeds, cells, lo, hi, grid_shape)
+    cap = cells.vertices.shape[1]
+    ids, valid = _compat.select(xp, valid, n_edges)
+    a, b, ga, gb = (xp.take(v, ids, axis=0) for v in (a, b, ga, gb))
+    ncross = xp.take(ncross, ids, axis=0) * xp.astype(valid, xp.int64)[:, None]
     fa, fb = xp.floor(ga), xp.floor(gb)
-    ncross = xp.astype(xp.abs(fb - fa), xp.int64) * xp.astype(valid, xp.int64)[:, None]
     n_x, n_y = ncross[:, 0], ncross[:, 1]
+    cell = ids // cap
+    seed = xp.take(seeds, cell, axis=0)
 
     # crossings: owner edge, t along the edge, sorted by (edge, t)
     n_cross = n_x + n_y
-    owner, m = _expand(xp, n_cross, _compat.host_int(xp, xp.sum(n_cross)))
+    owner, m, real = _expand(xp, n_cross, n_cross_cap)
     on_x = m < xp.take(n_x, owner)
     axis_m = xp.where(on_x, m, m - xp.take(n_x, owner))
     lo_f = xp.minimum(xp.take(fa, owner, axis=0), xp.take(fb, owner, axis=0))
     ga_o, gb_o = xp.take(ga, owner, axis=0), xp.take(gb, owner, axis=0)
-    line = lo_f + 1.0 + xp.astype(axis_m, verts.dtype)[:, None]
+    line = lo_f + 1.0 + xp.astype(axis_m, a.dtype)[:, None]
     den = gb_o - ga_o
     den = xp.where(den == 0, 1.0, den)
     t_all = (line - ga_o) / den
-    t = xp.clip(xp.where(on_x, t_all[:, 0], t_all[:, 1]), 0.0, 1.0)
+    t = xp.where(real, xp.clip(xp.where(on_x, t_all[:, 0], t_all[:, 1]), 0.0, 1.0), 2.0)
     order = xp.argsort(t, stable=True)
     order = xp.take(order, xp.argsort(xp.take(owner, order), stable=True))
     t_sorted = xp.take(t, order)
 
     # pieces: consecutive breakpoints 0 < t_1 <= ... <= 1 of each edge
     n_pieces = (n_cross + 1) * xp.astype(valid, xp.int64)
-    edge, r = _expand(xp, n_pieces, _compat.host_int(xp, xp.sum(n_pieces)))
+    edge, r, real = _expand(xp, n_pieces, n_piece_cap)
     first = xp.take(xp.cumulative_sum(n_cross) - n_cross, edge)
     last_t = max(t_sorted.shape[0] - 1, 0)
-    pad = xp.concat([t_sorted, xp.zeros((1,), dtype=verts.dtype, device=dev)])
+    pad = xp.concat([t_sorted, xp.zeros((1,), dtype=a.dtype, device=aac.device(a))])
     t0 = xp.where(r == 0, 0.0, xp.take(pad, xp.clip(first + r - 1, 0, last_t)))
     t1 = xp.where(r == xp.take(n_cross, edge), 1.0, xp.take(pad, xp.clip(first + r, 0, last_t)))
+    t1 = xp.where(real, t1, t0)                     # padding: empty pieces
     ae, be = xp.take(a, edge, axis=0), xp.take(b, edge, axis=0)
     p = ae + t0[:, None] * (be - ae)
     q = ae + t1[:, None] * (be - ae)
+    shape = xp.asarray(grid_shape, dtype=a.dtype, device=aac.device(a))
     mid = _grid_coords(xp, xp.take(seed, edge, axis=0) + 0.5 * (p + q), lo, hi, shape)
     pix = xp.astype(xp.floor(mid), xp.int64)
     ix = xp.clip(pix[:, 0], 0, grid_shape[0] - 1)
     iy = xp.clip(pix[:, 1], 0, grid_shape[1] - 1)
     return dict(edge=edge, p=p, q=q, ix=ix, iy=iy, cell=cell,
-                label=xp.take(xp.reshape(labels, (-1,)), ids), valid=valid,
-                n_edges=ids.shape[0])
+                label=xp.take(xp.reshape(cells.labels, (-1,)), ids), valid=valid)
 
 
 def cell_integrals(xp, seeds, cells, density, lo, hi):
+    """See :func:`integrals` (this computes the sizes to allocate, eagerly)."""
+    sizes = piece_sizes(xp, seeds, cells, lo, hi, tuple(density.shape))
+    return integrals(xp, seeds, cells, density, lo, hi, sizes)
+
+
+@_compat.jit_on_jax("sizes")
+def integrals(xp, seeds, cells, density, lo, hi, sizes):
     """Per cell ``(mass, M_x, M_y, M_2)`` about the seed, and per edge the density
     integrated along it, with the edge's ``cell`` and ``label``.
 
@@ -127,7 +156,7 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
     """
     n = seeds.shape[0]
     grid_shape = tuple(density.shape)
-    pc = edge_pieces(xp, seeds, cells, lo, hi, grid_shape)
+    pc = edge_pieces(xp, seeds, cells, lo, hi, grid_shape, sizes)
     tables = prefix_tables(xp, density, lo, hi)
     dx = (hi[0] - lo[0]) / grid_shape[0]
     cell_of = xp.take(pc["cell"], pc["edge"])
@@ -157,5 +186,5 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
     per_piece = 0.5 * dv[:, None] * acc
     moments = _compat.segment_sum(xp, per_piece, cell_of, n)
     length = xp.sqrt(xp.sum((q - p) ** 2, axis=1))
-    facet = _compat.segment_sum(xp, c * length, pc["edge"], pc["n_edges"])
+    facet = _compat.segment_sum(xp, c * length, pc["edge"], sizes[0])
     return moments, dict(cell=pc["cell"], label=pc["label"], valid=pc["valid"], rho=facet)

@@ -1,0 +1,382 @@
+"""Framework, dtype and device selection, and conversion of user inputs.
+
+``driver`` is the single instance of :class:`Driver`. Torch and JAX are never
+imported by this module: they are imported lazily, only when an input has to
+be converted to them (rules 1-4 of SPEC.md, see ``docs/backends.md``).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sys
+import warnings
+
+import array_api_compat as aac
+import numpy as np
+
+__all__ = ["Driver", "driver", "to_array", "namespace", "compute_dtype",
+           "device_of", "is_tracer", "convert_like"]
+
+FRAMEWORKS = ("numpy", "torch", "jax")
+DTYPES = ("FP32", "FP64")
+_DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?|mps")
+
+
+def _check_framework(value):
+    name = str(value).lower()
+    if name not in FRAMEWORKS:
+        raise ValueError(f"sdot.driver.framework must be one of {FRAMEWORKS}, got {value!r}")
+    if name != "numpy" and importlib.util.find_spec(name) is None:
+        raise ValueError(f"sdot.driver.framework = {name!r}, but {name} is not installed")
+    return name
+
+
+def _check_dtype(value):
+    name = str(value).upper()
+    if name not in DTYPES:
+        raise ValueError(f"sdot.driver.dtype must be one of {DTYPES}, got {value!r}")
+    return name
+
+
+def _check_device(value):
+    if value is None:
+        return None
+    name = str(value).lower()
+    if not _DEVICE_RE.fullmatch(name):
+        raise ValueError("sdot.driver.device must be None, 'cpu', 'cuda', 'cuda:N' or "
+                         f"'mps', got {value!r}")
+    return name
+
+
+def _detect_framework(environ, modules, installed=None):
+    """The framework chosen at import time (SPEC "Backends", in this order)."""
+    if environ.get("SDOT_FRAMEWORK"):
+        return environ["SDOT_FRAMEWORK"]
+    for name in ("jax", "torch"):
+        if name in modules:
+            return name
+    if installed is None:
+        installed = lambda name: importlib.util.find_spec(name) is not None  # noqa: E731
+    for name in ("jax", "torch"):
+        if installed(name):
+            return name
+    return "numpy"
+
+
+class _Setting:
+    """A driver setting, validated by ``check`` on assignment."""
+
+    def __init__(self, check, doc):
+        self.check, self.__doc__ = check, doc
+
+    def __set_name__(self, owner, name):
+        self.attr = "_" + name
+
+    def __get__(self, obj, owner=None):
+        return self if obj is None else getattr(obj, self.attr)
+
+    def __set__(self, obj, value):
+        setattr(obj, self.attr, self.check(value))
+
+
+class Driver:
+    """Run-time settings of sdot: ``framework``, ``dtype`` and ``device``.
+
+    The single instance is ``sdot.driver``. Every setting is validated on
+    assignment and raises ``ValueError`` naming the allowed values.
+
+    Attributes
+    ----------
+    framework : {"numpy", "torch", "jax"}
+        Framework that receives inputs without a framework of their own
+        (NumPy arrays, lists, scalars). Initial value: ``$SDOT_FRAMEWORK``,
+        else jax if already imported, else torch if already imported, else
+        the first installed of jax and torch, else numpy.
+    dtype : {"FP32", "FP64"}
+        Precision of the computation (``$SDOT_DTYPE``, default "FP64").
+    device : {None, "cpu", "cuda", "cuda:N", "mps"}
+        Device of converted inputs (``$SDOT_DEVICE``). ``None`` means where the
+        inputs are, else the cpu.
+    """
+
+    def __init__(self, environ=None):
+        environ = os.environ if environ is None else environ
+        for attr, var, default in (("framework", "SDOT_FRAMEWORK", None),
+                                   ("dtype", "SDOT_DTYPE", "FP64"),
+                                   ("device", "SDOT_DEVICE", None)):
+            value = environ.get(var) or default
+            if attr == "framework":
+                value = _detect_framework(environ, sys.modules)
+            try:
+                setattr(self, attr, value)
+            except ValueError as err:
+                raise ValueError(f"environment variable {var}: {err}") from None
+
+    framework = _Setting(_check_framework, "'numpy', 'torch' or 'jax': where inputs "
+                         "without a framework of their own go.")
+    dtype = _Setting(_check_dtype, "'FP32' or 'FP64': the precision of the computation.")
+    device = _Setting(_check_device, "None, 'cpu', 'cuda', 'cuda:N' or 'mps' (None: where "
+                      "the inputs are, else the cpu).")
+
+    def __repr__(self):
+        return (f"Driver(framework={self.framework!r}, dtype={self.dtype!r}, "
+                f"device={self.device!r})")
+
+
+driver = Driver()
+
+# ----------------------------------------------------------------- JAX hooks
+_jax_hooks = []          # callables run once, when sdot first meets JAX
+_jax_state = {"used": False, "warned": False}
+
+
+def _use_jax():
+    """Run the registered JAX hooks (pytree registration) once."""
+    if not _jax_state["used"]:
+        _jax_state["used"] = True
+        for hook in _jax_hooks:
+            hook()
+
+
+def _ensure_x64():
+    """JAX x64 policy: turn ``jax_enable_x64`` on, saying so once."""
+    import jax
+
+    if not jax.config.jax_enable_x64:
+        jax.config.update("jax_enable_x64", True)
+        if not _jax_state["warned"]:
+            _jax_state["warned"] = True
+            warnings.warn(
+                "sdot.driver.dtype is 'FP64' but JAX had jax_enable_x64 off (JAX would "
+                "silently compute in float32): sdot turned it on. Put\n"
+                '    import jax; jax.config.update("jax_enable_x64", True)\n'
+                "at the top of your program to silence this warning, or set "
+                "sdot.driver.dtype = 'FP32'.", UserWarning, stacklevel=_user_stacklevel())
+
+
+def _user_stacklevel():
+    """``stacklevel`` of the first caller outside sdot (for warnings)."""
+    frame, level = sys._getframe(1), 1
+    package = os.path.dirname(__file__)
+    while frame is not None and frame.f_code.co_filename.startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def is_tracer(x) -> bool:
+    """True if ``x`` is a JAX tracer (inside ``jit``/``vmap``/``grad``)."""
+    if "jax" not in sys.modules:
+        return False
+    import jax
+
+    return isinstance(x, jax.core.Tracer)
+
+
+def _check_mps(device):
+    if driver.dtype == "FP64" and device is not None and str(device).startswith("mps"):
+        raise ValueError("sdot.driver.dtype is 'FP64' but the device is 'mps', which has "
+                         "no float64: set sdot.driver.dtype = 'FP32' or use another device")
+
+
+# --------------------------------------------------------------- public API
+def device_of(x):
+    """Device of the array ``x`` (``array_api_compat.device``)."""
+    return aac.device(x)
+
+
+def namespace(*arrays):
+    """Array-API namespace common to ``arrays`` (``None`` entries ignored).
+
+    Raises
+    ------
+    TypeError
+        If torch and JAX arrays are mixed, or the arrays have no common namespace.
+    """
+    arrays = [a for a in arrays if a is not None]
+    if not arrays:
+        raise TypeError("sdot: no array given to infer the framework from")
+    if any(map(aac.is_torch_array, arrays)) and any(map(aac.is_jax_array, arrays)):
+        raise TypeError("sdot cannot mix torch tensors and JAX arrays in one call: "
+                        "convert the inputs to one framework (torch or JAX)")
+    try:
+        return aac.array_namespace(*arrays)
+    except TypeError as err:
+        kinds = sorted({type(a).__module__.split(".")[0] for a in arrays})
+        raise TypeError(f"sdot cannot mix arrays of {' and '.join(kinds)} in one call") from err
+
+
+def compute_dtype(xp, device=None):
+    """Floating dtype of ``xp`` matching ``driver.dtype``.
+
+    Applies the JAX x64 policy (FP64 with ``jax_enable_x64`` off turns it on
+    with one ``UserWarning``) and refuses FP64 on ``mps`` (``driver.device`` or
+    ``device``) with a ``ValueError``.
+    """
+    _check_mps(driver.device)
+    _check_mps(device)
+    if aac.is_jax_namespace(xp):
+        _use_jax()
+        if driver.dtype == "FP64":
+            _ensure_x64()
+    return xp.float64 if driver.dtype == "FP64" else xp.float32
+
+
+def _is_real_float(xp, dtype):
+    return xp.isdtype(dtype, "real floating")
+
+
+def to_array(x, name):
+    """Convert the user input ``x`` (argument ``name``) to an array.
+
+    Torch tensors, JAX arrays (tracers included) and other array-API arrays
+    keep their framework, device and floating dtype (integer and bool arrays
+    are cast to ``driver.dtype`` in their own framework). NumPy arrays, lists
+    and scalars go to ``driver.framework``, ``driver.dtype`` and the driver's
+    device, without a copy where possible.
+
+    Raises
+    ------
+    TypeError
+        If ``x`` is not numeric (strings, objects, complex numbers, ragged lists).
+    """
+    if aac.is_array_api_obj(x) and not aac.is_numpy_array(x):
+        xp = aac.array_namespace(x)
+        if aac.is_jax_array(x):
+            _use_jax()
+            if driver.dtype == "FP64":
+                _ensure_x64()
+        else:
+            _check_mps(device_of(x))
+        if _is_real_float(xp, x.dtype):
+            return x
+        if xp.isdtype(x.dtype, ("bool", "integral")):
+            return xp.astype(x, compute_dtype(xp))
+        raise TypeError(f"{name}: expected real numbers, got an array of dtype {x.dtype}")
+    try:
+        host = np.asarray(x)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name}: expected an array of numbers, got {type(x).__name__} "
+                        f"({err})") from err
+    if host.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: expected an array of real numbers, got "
+                        f"{type(x).__name__} of dtype {host.dtype}")
+    return _from_numpy(host, driver.framework, driver.device)
+
+
+def _from_numpy(host, framework, device):
+    """NumPy array -> ``framework`` in ``driver.dtype`` on ``device`` (zero-copy if possible)."""
+    _check_mps(device)
+    np_dtype = np.float64 if driver.dtype == "FP64" else np.float32
+    host = np.asarray(host, dtype=np_dtype)
+    if framework == "numpy":
+        if device not in (None, "cpu") and str(device) != "cpu":
+            raise ValueError(f"sdot.driver.device = {device!r} is not available with the "
+                             "'numpy' framework (numpy runs on the cpu only)")
+        return host
+    if framework == "torch":
+        import torch
+
+        if not host.flags.writeable or any(s < 0 for s in host.strides):
+            host = host.copy()  # torch.from_numpy needs writeable, positive strides
+        return torch.from_numpy(host).to(torch.device(device or "cpu"))
+    import jax
+
+    compute_dtype(jax.numpy)
+    return jax.device_put(host, _jax_device(device))
+
+
+def _jax_device(device):
+    """A ``jax.Device`` for a driver device string (None: the default, if cpu)."""
+    import jax
+
+    if device is None:
+        return None if jax.default_backend() == "cpu" else jax.devices("cpu")[0]
+    if not isinstance(device, str):
+        return device
+    kind, _, index = device.partition(":")
+    platform = {"cuda": "gpu", "mps": "METAL"}.get(kind, kind)
+    try:
+        return jax.devices(platform)[int(index or 0)]
+    except (RuntimeError, IndexError) as err:
+        raise ValueError(f"sdot: device {device!r} is not available to JAX") from err
+
+
+def convert_like(x, like):
+    """Move the converted array ``x`` to the framework and device of ``like``.
+
+    Used to bring arrays that sdot converted from NumPy/lists (rule 2) next to
+    arrays that came with a framework of their own (rule 1). Goes through the
+    host; keeps the floating dtype of ``x``.
+    """
+    if type(x) is type(like) and device_of(x) == device_of(like):
+        return x
+    host = _to_host(x)
+    if aac.is_numpy_array(like):
+        return host
+    if aac.is_torch_array(like):
+        import torch
+
+        return torch.from_numpy(np.array(host)).to(like.device)
+    if aac.is_jax_array(like):
+        import jax
+
+        device = None if is_tracer(like) else next(iter(like.devices()))
+        return jax.device_put(host, device)
+    xp = aac.array_namespace(like)
+    return xp.asarray(host, device=device_of(like))
+
+
+def _to_host(x):
+    """A NumPy array with the values of the concrete array ``x``."""
+    if aac.is_torch_array(x):
+        return x.detach().cpu().numpy()
+    if aac.is_numpy_array(x) or aac.is_jax_array(x):
+        return np.asarray(x)
+    return np.from_dlpack(x)
+
+
+def _install_jax_import_hook():
+    """Run the JAX hooks right after ``import jax``, wherever it happens."""
+
+    class _Loader:
+        def __init__(self, loader):
+            self._loader = loader
+
+        def __getattr__(self, attr):
+            return getattr(self._loader, attr)
+
+        def create_module(self, spec):
+            return self._loader.create_module(spec)
+
+        def exec_module(self, module):
+            module.__loader__ = module.__spec__.loader = self._loader
+            try:
+                self._loader.exec_module(module)
+            finally:
+                if finder in sys.meta_path:
+                    sys.meta_path.remove(finder)
+            _use_jax()
+
+    class _Finder:
+        busy = False
+
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname != "jax" or self.busy:
+                return None
+            self.busy = True
+            try:
+                spec = importlib.util.find_spec("jax")
+            finally:
+                self.busy = False
+            if spec is None or spec.loader is None:
+                return None
+            spec.loader = _Loader(spec.loader)
+            return spec
+
+    finder = _Finder()
+    sys.meta_path.insert(0, finder)
+
+
+if "jax" not in sys.modules:
+    _install_jax_import_hook()
