@@ -38,7 +38,7 @@ def plan_arrays(xp, prob, sol, rep, active, targets):
     psi = xp.where(lives, psi, psi_min - diam2)
     count = xp.maximum(xp.sum(xp.astype(lives, psi.dtype)), 1.0)
     psi = psi - xp.sum(xp.where(lives, psi, 0.0)) / count
-    distance = xp.sum(xp.where(active, mom[:, 3], 0.0))
+    distance = xp.asarray(xp.sum(xp.where(active, mom[:, 3], 0.0)))
     return dict(distance=distance, barycenters=barycenters, cell_masses=cell_masses,
                 brenier_potential=psi, residual=sol.residual, iterations=sol.iterations,
                 converged=sol.converged)

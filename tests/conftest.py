@@ -1,0 +1,119 @@
+"""Shared fixtures: the ``backend`` fixture and the driver settings fixture.
+
+``backend`` runs a test on every backend: "numpy", "array_api_strict",
+"torch", "jax" and "jax-jit" (JAX under ``jax.jit``). The environment variable
+``SDOT_TEST_BACKENDS`` (comma-separated) selects a subset, e.g.
+``SDOT_TEST_BACKENDS=numpy,torch pytest``.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+ALL_BACKENDS = ("numpy", "array_api_strict", "torch", "jax", "jax-jit")
+BACKENDS = tuple(b.strip() for b in os.environ.get("SDOT_TEST_BACKENDS", ",".join(ALL_BACKENDS))
+                 .split(",") if b.strip())
+_unknown = set(BACKENDS) - set(ALL_BACKENDS)
+if _unknown:
+    raise pytest.UsageError(f"SDOT_TEST_BACKENDS: unknown backends {sorted(_unknown)}, "
+                            f"choose among {ALL_BACKENDS}")
+
+try:
+    import torch
+
+    torch.set_num_threads(1)  # 10x faster than the default on 2 busy cores
+except ImportError:  # pragma: no cover
+    torch = None
+try:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+except ImportError:  # pragma: no cover
+    jax = None
+
+
+class Backend:
+    """One framework for the tests: build inputs, read results, run functions.
+
+    Attributes
+    ----------
+    name : str
+        "numpy", "array_api_strict", "torch", "jax" or "jax-jit".
+    framework : str
+        The ``sdot.driver.framework`` used while the test runs.
+    xp : module
+        Array-API namespace of the backend.
+    """
+
+    def __init__(self, name):
+        import array_api_compat as aac
+
+        self.name = name
+        self.framework = {"array_api_strict": "numpy", "jax-jit": "jax"}.get(name, name)
+        if name == "array_api_strict":
+            self.xp = pytest.importorskip("array_api_strict")
+        elif name == "torch":
+            self.xp = aac.array_namespace(pytest.importorskip("torch").zeros(1))
+        elif name.startswith("jax"):
+            self.xp = pytest.importorskip("jax").numpy
+        else:
+            self.xp = aac.array_namespace(np.zeros(1))
+
+    def asarray(self, a, dtype=None):
+        """An input array of this backend (float64 unless ``dtype`` says otherwise)."""
+        host = np.asarray(a, dtype=np.float64 if dtype is None else dtype)
+        if self.name == "numpy":
+            return host
+        if self.name == "torch":
+            return torch.from_numpy(host.copy())
+        return self.xp.asarray(host, dtype=getattr(self.xp, host.dtype.name))
+
+    def to_numpy(self, a):
+        """A NumPy copy of the array ``a``."""
+        if torch is not None and isinstance(a, torch.Tensor):
+            return a.detach().cpu().numpy()
+        if self.name == "array_api_strict":
+            return np.from_dlpack(a)
+        return np.asarray(a)
+
+    def run(self, fn, *args):
+        """``fn(*args)``, under ``jax.jit`` for the "jax-jit" backend."""
+        if self.name == "jax-jit":
+            return jax.jit(fn)(*args)
+        return fn(*args)
+
+    def __repr__(self):
+        return f"Backend({self.name!r})"
+
+
+@pytest.fixture
+def sdot_driver():
+    """``sdot.driver``, with its settings restored after the test."""
+    from sdot._driver import driver
+
+    saved = driver.framework, driver.dtype, driver.device
+    yield driver
+    driver.framework, driver.dtype, driver.device = saved
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request, sdot_driver):
+    """Every selected backend in turn; the driver framework follows the backend."""
+    b = Backend(request.param)
+    sdot_driver.framework = b.framework
+    sdot_driver.dtype = "FP64"
+    return b
+
+
+EAGER_BACKENDS = tuple(b for b in BACKENDS if b != "jax-jit")
+
+
+@pytest.fixture(params=EAGER_BACKENDS)
+def eager_backend(request, sdot_driver):
+    """The eager backends (the solver under ``jax.jit`` is tested separately)."""
+    b = Backend(request.param)
+    sdot_driver.framework = b.framework
+    sdot_driver.dtype = "FP64"
+    return b

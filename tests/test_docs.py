@@ -1,0 +1,70 @@
+"""Every ```python block of docs/*.md and README.md runs.
+
+The blocks of one file run in order, in one namespace, in a fresh interpreter
+(as a reader would run them) with a temporary working directory. A block is
+skipped only if its info string is ``python no-run``.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FILES = sorted((ROOT / "docs").glob("*.md")) + [p for p in [ROOT / "README.md"] if p.exists()]
+FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*)$")
+
+RUNNER = r"""
+import json, sys, traceback
+path, blocks = json.load(sys.stdin)
+namespace = {"__name__": "__main__"}
+for line, code in blocks:
+    try:
+        exec(compile("\n" * (line - 1) + code, path, "exec"), namespace)
+    except BaseException:
+        traceback.print_exc()
+        print(f"\n{path}: the block starting at line {line} failed", file=sys.stderr)
+        sys.exit(1)
+"""
+
+
+def python_blocks(text):
+    """``[(first line number, code)]`` of the runnable python blocks of ``text``."""
+    blocks, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        i += 1
+        if not m:
+            continue
+        indent, fence, info = len(m["indent"]), m["fence"], m["info"].split()
+        start, body = i + 1, []
+        while i < len(lines) and not (lines[i].strip().startswith(fence)
+                                      and set(lines[i].strip()) == {fence[0]}):
+            line = lines[i]
+            body.append(line[indent:] if line[:indent].strip() == "" else line.lstrip())
+            i += 1
+        i += 1
+        if info and info[0] in ("python", "py") and info[1:] != ["no-run"]:
+            blocks.append((start, "\n".join(body) + "\n"))
+    return blocks
+
+
+def test_python_blocks_parser():
+    text = ("a\n```python\nx = 1\n```\n```python no-run\nboom\n```\n"
+            "  ```py\n  if y:\n      y = 2\n  ```\n```bash\nls\n```\n````python\n```\nz\n````\n")
+    assert python_blocks(text) == [(3, "x = 1\n"), (9, "if y:\n    y = 2\n"), (16, "```\nz\n")]
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_doc_examples_run(path, tmp_path):
+    blocks = python_blocks(path.read_text())
+    if not blocks:
+        pytest.skip(f"{path.name} has no python block")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SDOT_")}
+    env.update(MPLBACKEND="Agg", PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", RUNNER], input=json.dumps([str(path), blocks]),
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-5000:]

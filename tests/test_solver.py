@@ -1,0 +1,238 @@
+"""The 2D solver against independent ground truth, on every eager backend.
+
+Ground truth: the reference values of two C++ solvers (tests/data/README.md),
+closed forms, and exact per-pixel integrals computed here with NumPy.
+"""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sdot
+
+DATA = Path(__file__).parent / "data"
+REF_BOX_1E3 = 0.0013187893931403201        # pysdot; sdot (C++) differs by 2e-9 relative
+REF_BOX_1E4 = 0.00012028321656912307
+REF_GAUSS_1E3 = 0.009027850355009845
+
+
+def load(name):
+    return np.load(DATA / name)
+
+
+def solve(backend, points, values, domain=None, **options):
+    src = sdot.SumOfDiracs(backend.asarray(points))
+    return sdot.optimal_transport_plan(src, sdot.Grid(backend.asarray(values), domain=domain), **options)
+
+
+def num(backend, x):
+    return backend.to_numpy(x)
+
+
+# ------------------------------------------------------------ reference cases
+@pytest.mark.parametrize("case", ["box2d-1e3", "gauss2d-1e3"])
+def test_reference_cases(eager_backend, case):
+    values, ref = {"box2d-1e3": (np.ones((1, 1)), REF_BOX_1E3),
+                   "gauss2d-1e3": (load("image_gauss64.npy"), REF_GAUSS_1E3)}[case]
+    plan = solve(eager_backend, load("points_2d_1000.npy"), values)
+    assert bool(plan.converged) and float(plan.residual) <= 1e-10
+    assert float(plan.distance) == pytest.approx(ref, rel=1e-8)
+    assert int(plan.iterations) <= 8
+
+
+@pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
+def test_reference_box_1e4(sdot_driver, name):
+    """N = 1e4 (the pure array-API fallbacks are O(N^2): not run on array_api_strict)."""
+    from conftest import Backend
+
+    backend = Backend(name)
+    sdot_driver.framework = backend.framework
+    plan = solve(backend, load("points_2d_10000.npy"), np.ones((1, 1)))
+    assert float(plan.distance) == pytest.approx(REF_BOX_1E4, rel=1e-8)
+    assert int(plan.iterations) <= 6
+
+
+# ---------------------------------------------------------------- closed forms
+@pytest.mark.parametrize("point, expected", [((0.5, 0.5), 1 / 6), ((0.0, 0.0), 2 / 3),
+                                             ((2.0, 0.5), 7 / 3 + 1 / 12)])
+def test_one_dirac(eager_backend, point, expected):
+    """W2^2 of one Dirac = second moment of the uniform density about it."""
+    plan = solve(eager_backend, [point], np.ones((3, 2)))
+    assert float(plan.distance) == pytest.approx(expected, rel=1e-12)
+    np.testing.assert_allclose(num(eager_backend, plan.barycenters), [[0.5, 0.5]], atol=1e-14)
+
+
+def test_lattice_on_uniform_density(eager_backend):
+    """k^2 Diracs at the cell centres of a k x k lattice: W2^2 = 2 / (12 k^2)."""
+    k = 7
+    c = (np.arange(k) + 0.5) / k
+    pts = np.stack(np.meshgrid(c, c, indexing="ij"), -1).reshape(-1, 2)
+    plan = solve(eager_backend, pts, np.ones((1, 1)))
+    assert float(plan.distance) == pytest.approx(2 / (12 * k * k), rel=1e-12)
+    np.testing.assert_allclose(num(eager_backend, plan.barycenters), pts, atol=1e-13)
+
+
+def pixel_moments(img, y, domain=((0.0, 0.0), (1.0, 1.0))):
+    """Exact mass, centroid and second moment about y of a pixel image (NumPy)."""
+    (x0, y0), (x1, y1) = domain
+    nx, ny = img.shape
+    ex, ey = np.linspace(x0, x1, nx + 1), np.linspace(y0, y1, ny + 1)
+    dx, dy = np.diff(ex), np.diff(ey)
+    mx, my = (ex[1:] + ex[:-1]) / 2, (ey[1:] + ey[:-1]) / 2
+    sx = ((ex[1:] - y[0]) ** 3 - (ex[:-1] - y[0]) ** 3) / 3
+    sy = ((ey[1:] - y[1]) ** 3 - (ey[:-1] - y[1]) ** 3) / 3
+    mass = img * dx[:, None] * dy[None, :]
+    second = img * (sx[:, None] * dy[None, :] + dx[:, None] * sy[None, :])
+    total = mass.sum()
+    bary = np.array([(mass * mx[:, None]).sum(), (mass * my[None, :]).sum()]) / total
+    return bary, second.sum() / total
+
+
+def test_one_dirac_on_anisotropic_image(eager_backend):
+    """Orientation: values[i, j] is the pixel (x_i, y_j), on a non-square grid and domain."""
+    rng = np.random.default_rng(5)
+    img = rng.random((9, 4)) ** 3
+    img[2, 1] = 0.0
+    domain = ((-1.0, 2.0), (3.0, 2.5))
+    y = np.array([0.3, 2.1])
+    bary, w = pixel_moments(img, y, domain)
+    plan = solve(eager_backend, [y], img, domain=domain)
+    assert float(plan.distance) == pytest.approx(w, rel=1e-12)
+    np.testing.assert_allclose(num(eager_backend, plan.barycenters)[0], bary, rtol=1e-12)
+
+
+# ------------------------------------------------------------------ invariances
+def test_masses_and_permutation(eager_backend):
+    rng = np.random.default_rng(1)
+    pts = rng.random((60, 2))
+    w = rng.random(60) + 0.1
+    img = 0.2 + rng.random((8, 8))
+    g = sdot.Grid(eager_backend.asarray(img))
+    plan = sdot.optimal_transport_plan(
+        sdot.SumOfWeightedDiracs(eager_backend.asarray(pts), eager_backend.asarray(w)), g)
+    masses = num(eager_backend, plan.cell_masses)
+    np.testing.assert_allclose(masses, w / w.sum(), atol=1e-10)
+    assert masses.sum() == pytest.approx(1.0, abs=1e-12)
+    perm = rng.permutation(60)
+    plan_p = sdot.optimal_transport_plan(
+        sdot.SumOfWeightedDiracs(eager_backend.asarray(pts[perm]), eager_backend.asarray(w[perm])), g)
+    assert float(plan_p.distance) == pytest.approx(float(plan.distance), rel=1e-10)
+    np.testing.assert_allclose(num(eager_backend, plan_p.barycenters),
+                               num(eager_backend, plan.barycenters)[perm], atol=1e-9)
+    np.testing.assert_allclose(num(eager_backend, plan_p.brenier_potential),
+                               num(eager_backend, plan.brenier_potential)[perm], atol=1e-9)
+
+
+def test_translation_and_scaling(eager_backend):
+    rng = np.random.default_rng(2)
+    pts = rng.random((50, 2))
+    img = 0.5 + rng.random((6, 5))
+    base = float(solve(eager_backend, pts, img).distance)
+    shift, scale = np.array([3.0, -7.0]), 2.5
+    moved = solve(eager_backend, pts * scale + shift, img,
+                  domain=(tuple(shift), tuple(shift + scale))).distance
+    assert float(moved) == pytest.approx(base * scale ** 2, rel=1e-9)
+
+
+# ---------------------------------------------------------------- degenerate input
+def test_duplicates_collinear_outside_and_empty_pixels(eager_backend):
+    rng = np.random.default_rng(3)
+    line = np.stack([np.linspace(0.1, 0.9, 12), np.full(12, 0.5)], 1)     # collinear
+    outside = np.array([[-0.5, 0.5], [1.7, 1.9], [0.5, -3.0]])             # off the domain
+    pts = np.concatenate([line, line[:3], outside, rng.random((20, 2))])   # with duplicates
+    img = 0.1 + rng.random((10, 10))
+    img[3:6, :] = 0.0                                                      # zero-density band
+    img[:, 8] = 0.0
+    plan = solve(eager_backend, pts, img)
+    assert bool(plan.converged)
+    masses = num(eager_backend, plan.cell_masses)
+    np.testing.assert_allclose(masses, 1 / len(pts), atol=1e-10)
+    bary = num(eager_backend, plan.barycenters)
+    np.testing.assert_array_equal(bary[12:15], bary[:3])                  # duplicates share
+    psi = num(eager_backend, plan.brenier_potential)
+    np.testing.assert_array_equal(psi[12:15], psi[:3])
+
+
+def test_collinear_only(eager_backend):
+    pts = np.stack([np.linspace(0.05, 0.95, 10), np.full(10, 0.3)], 1)
+    plan = solve(eager_backend, pts, np.ones((1, 1)))
+    # Uniform: cells are vertical strips of width 1/10 around each Dirac's x.
+    x_bary = (np.arange(10) + 0.5) / 10
+    np.testing.assert_allclose(num(eager_backend, plan.barycenters),
+                               np.stack([x_bary, np.full(10, 0.5)], 1), atol=1e-9)
+
+
+def test_zero_mass_diracs_get_empty_cells(eager_backend):
+    pts = np.array([[0.2, 0.2], [0.8, 0.8], [0.5, 0.5]])
+    src = sdot.SumOfWeightedDiracs(eager_backend.asarray(pts), eager_backend.asarray([1.0, 1.0, 0.0]))
+    plan = sdot.optimal_transport_plan(src, sdot.Grid(eager_backend.asarray(np.ones((2, 2)))))
+    np.testing.assert_allclose(num(eager_backend, plan.cell_masses), [0.5, 0.5, 0.0], atol=1e-12)
+    # Two half-squares cut by the diagonal x + y = 1.
+    assert float(plan.distance) == pytest.approx(2 * 0.5 * float(solve(
+        eager_backend, [[0.2, 0.2], [0.8, 0.8]], np.ones((1, 1))).distance) / 1.0, rel=1e-10)
+
+
+# ------------------------------------------------------------------- precision
+def test_fp32_reaches_its_tolerance(eager_backend, sdot_driver):
+    if eager_backend.name == "array_api_strict":
+        sdot_driver.framework = "numpy"
+    sdot_driver.dtype = "FP32"
+    pts = load("points_2d_1000.npy")[:300]
+    src = sdot.SumOfDiracs(eager_backend.asarray(pts, dtype=np.float32))
+    g = sdot.Grid(eager_backend.asarray(load("image_gauss64.npy"), dtype=np.float32))
+    plan = sdot.optimal_transport_plan(src, g)
+    assert bool(plan.converged) and float(plan.residual) <= sdot.default_tolerance("FP32")
+    assert plan.distance.dtype == eager_backend.xp.float32
+    sdot_driver.dtype = "FP64"
+    ref = sdot.optimal_transport_plan(sdot.SumOfDiracs(pts), sdot.Grid(load("image_gauss64.npy")))
+    assert float(plan.distance) == pytest.approx(float(ref.distance), rel=1e-4)
+
+
+# ------------------------------------------------------------- failures, output
+def test_not_converged_carries_the_partial_plan(eager_backend):
+    pts = load("points_2d_1000.npy")[:200]
+    with pytest.raises(sdot.OtNotConverged) as info:
+        solve(eager_backend, pts, load("image_gauss64.npy"), max_iter=1)
+    assert not bool(info.value.plan.converged) and int(info.value.plan.iterations) == 1
+    partial = solve(eager_backend, pts, load("image_gauss64.npy"), max_iter=1, raise_on_failure=False)
+    assert float(partial.residual) > 1e-10
+
+
+def test_verbose_prints_one_line_per_step(eager_backend, capsys):
+    plan = solve(eager_backend, load("points_2d_1000.npy")[:100], np.ones((1, 1)), verbose=True)
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("sdot newton step")]
+    assert len(lines) == int(plan.iterations) + 1
+    assert "residual" in lines[-1] and "damping" in lines[-1] and "time" in lines[-1]
+
+
+def test_results_in_the_callers_framework(eager_backend):
+    plan = solve(eager_backend, load("points_2d_1000.npy")[:50], np.ones((2, 2)))
+    for value in (plan.distance, plan.barycenters, plan.cell_masses, plan.brenier_potential):
+        assert type(value) is type(eager_backend.asarray([1.0]))
+    assert abs(float(np.mean(num(eager_backend, plan.brenier_potential)))) < 1e-12
+
+
+def test_input_errors():
+    pts = np.random.default_rng(0).random((10, 2))
+    with pytest.raises(NotImplementedError, match="2D"):
+        sdot.distance(sdot.SumOfDiracs(np.random.default_rng(0).random((10, 3))),
+                      sdot.Grid(np.ones((2, 2, 2))))
+    with pytest.raises(ValueError, match="mass mismatch"):
+        sdot.distance(sdot.SumOfDiracs(pts, mass=2.0), sdot.Grid(np.ones((2, 2))))
+    with pytest.raises(NotImplementedError, match="degree"):
+        sdot.distance(sdot.SumOfDiracs(pts), sdot.PolynomialGrid(np.ones((2, 2, 4))))
+    with pytest.raises(TypeError, match="target"):
+        sdot.distance(sdot.SumOfDiracs(pts), np.ones((2, 2)))
+    with pytest.raises(ValueError, match="dimension"):
+        sdot.distance(sdot.SumOfDiracs(pts), sdot.Grid(np.ones((2, 2, 2)), domain=([0, 0, 0], [1, 1, 1])))
+
+
+def test_batch_is_a_loop_over_items(eager_backend):
+    rng = np.random.default_rng(4)
+    pts = rng.random((3, 40, 2))
+    g = sdot.Grid(eager_backend.asarray(np.ones((4, 4))))
+    d = sdot.distance(sdot.BatchOfSumOfDiracs(eager_backend.asarray(pts)), g)
+    assert tuple(d.shape) == (3,)
+    for i in range(3):
+        assert float(num(eager_backend, d)[i]) == pytest.approx(
+            float(sdot.distance(sdot.SumOfDiracs(eager_backend.asarray(pts[i])), g)), rel=1e-12)
