@@ -67,17 +67,19 @@ def bucket(size: int, like) -> int:
     """Array size to allocate for ``size`` items.
 
     JAX compiles every primitive for every new shape, even eagerly: sizes are
-    rounded up to a power of two so that the compiled kernels are reused.
+    rounded up to a power of four so that the compiled kernels are reused.
     Other frameworks get the exact size.
     """
     if not aac.is_jax_array(like):
         return size
-    return max(16, 1 << max(size - 1, 0).bit_length())
+    bits = max(size - 1, 0).bit_length()
+    return max(64, 1 << (bits + bits % 2))
 
 
-def capacity(xp, total, like) -> int:
-    """Concrete size for ``total`` items (eager only), bucketed for JAX."""
-    return bucket(int(total), like)
+def capacity(xp, total, like, limit=None) -> int:
+    """Concrete size for ``total`` items (eager only), bucketed for JAX, at most ``limit``."""
+    size = bucket(int(total), like)
+    return size if limit is None else min(size, limit)
 
 
 def flat_take(x, idx):

@@ -156,9 +156,17 @@ def find_cutters(xp, seeds, psi, active, lift, cells, rows):
     ``(v, 0)``; it cuts the vertex when its power is below the cell's own by
     more than the rounding of the half-plane test.
     """
-    queries = _vertex_queries(xp, seeds, cells, rows)
-    j = _compat.knn(xp, lift, 1, queries=queries)
-    return _cut_test(xp, seeds, psi, cells, rows, xp.reshape(j, tuple(cells.count.shape) + (-1,)))
+    m, cap, _ = cells.vertices.shape
+    queries, valid = _vertex_queries(xp, seeds, cells, rows)
+    idx, queries = _valid_queries(xp, queries, valid, _compat.capacity(xp, xp.sum(xp.astype(valid, xp.int64)), valid, valid.shape[0]))
+    found = _compat.knn(xp, lift, 1, queries=queries)[:, 0]
+    return _cut_test(xp, seeds, psi, cells, rows, idx, found)
+
+
+@_compat.jit_on_jax("size")
+def _valid_queries(xp, queries, valid, size: int):
+    idx, _ = _compat.select(xp, valid, size)
+    return idx, xp.take(queries, idx, axis=0)
 
 
 @_compat.jit_on_jax()
@@ -166,13 +174,17 @@ def _vertex_queries(xp, seeds, cells, rows):
     verts = cells.vertices
     m, cap, _ = verts.shape
     pts = xp.reshape(verts + _compat.flat_take(seeds, rows)[:, None, :], (m * cap, 2))
-    return xp.concat([pts, xp.zeros((m * cap, 1), dtype=pts.dtype, device=aac.device(pts))], axis=1)
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(pts))[None, :]
+    valid = xp.reshape(k < cells.count[:, None], (-1,))
+    return xp.concat([pts, xp.zeros((m * cap, 1), dtype=pts.dtype, device=aac.device(pts))], axis=1), valid
 
 
 @_compat.jit_on_jax()
-def _cut_test(xp, seeds, psi, cells, rows, j):
+def _cut_test(xp, seeds, psi, cells, rows, idx, found):
     verts, count = cells.vertices, cells.count
-    cap = verts.shape[1]
+    m, cap, _ = verts.shape
+    own_flat = xp.reshape(xp.broadcast_to(rows[:, None], (m, cap)), (-1,))   # "no cutter"
+    j = xp.reshape(_compat.set_rows(xp, own_flat, idx, found), (m, cap))
     own = _compat.flat_take(seeds, rows)
     d = _compat.flat_take(seeds, j) - own[:, None, :]
     own_psi = xp.take(psi, rows)[:, None]
@@ -190,6 +202,13 @@ def _repair(xp, seeds, psi, active, cells, rows, cutters):
     """Clip the cells ``rows`` by their ``cutters`` and put them back."""
     sub = clip_by(xp, seeds, psi, active, _take_rows(xp, cells, rows), rows, cutters)
     return _put_rows(xp, cells, rows, sub)
+
+
+@_compat.jit_on_jax("size")
+def _pick_rows(xp, rows, cutters, cut, size: int):
+    """The ``size`` first rows with a cut vertex (padding rows get no cutter)."""
+    keep, valid = _compat.select(xp, cut, size)
+    return xp.take(rows, keep), xp.where(valid[:, None], _compat.flat_take(cutters, keep), -1)
 
 
 def power_cells(xp, seeds, psi, active, lo, hi, k: int = 12, capacity: int = 16, rounds: int = 64):
@@ -215,9 +234,8 @@ def power_cells(xp, seeds, psi, active, lo, hi, k: int = 12, capacity: int = 16,
             cut = xp.any(cutters >= 0, axis=1)
             if not _compat.host_any(xp, cut):
                 break
-            keep, valid = _compat.select(xp, cut, _compat.capacity(xp, xp.sum(xp.astype(cut, xp.int64)), cut))
-            rows = xp.take(rows, keep)
-            cutters = xp.where(valid[:, None], _compat.flat_take(cutters, keep), -1)
+            size = _compat.capacity(xp, xp.sum(xp.astype(cut, xp.int64)), cut, cut.shape[0])
+            rows, cutters = _pick_rows(xp, rows, cutters, cut, size)
             cells = _repair(xp, seeds, psi, active, cells, rows, cutters)
         else:
             unverified = _compat.set_rows(xp, xp.zeros((n,), dtype=xp.bool), rows, cut)

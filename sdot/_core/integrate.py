@@ -82,7 +82,9 @@ def piece_sizes(xp, seeds, cells, lo, hi, grid_shape):
     *_, ncross, valid = _edges(xp, seeds, cells, lo, hi, grid_shape)
     n_edges = xp.sum(xp.astype(valid, xp.int64))
     n_cross = xp.sum(ncross)
-    return tuple(_compat.capacity(xp, v, valid) for v in (n_edges, n_cross, n_edges + n_cross))
+    slots = valid.shape[0]
+    return (_compat.capacity(xp, n_edges, valid, slots), _compat.capacity(xp, n_cross, valid),
+            _compat.capacity(xp, n_edges + n_cross, valid))
 
 
 def edge_pieces(xp, seeds, cells, lo, hi, grid_shape, sizes):

@@ -46,6 +46,7 @@ class Solution(NamedTuple):
     converged: object
 
 
+@_compat.jit_on_jax()
 def group_duplicates(xp, seeds, masses):
     """Representative of each Dirac (first of its exact duplicates), activity, targets."""
     n = seeds.shape[0]
@@ -72,17 +73,23 @@ def evaluate(xp, prob, psi, active):
 
 def newton_direction(xp, prob, facets, active, rhs):
     """Solve ``DG d = rhs`` (sparse, regularised weighted Laplacian)."""
+    cell, other, w, diag, rhs = _laplacian(xp, prob.seeds, facets, active, rhs)
+    return _compat.solve_laplacian(xp, cell, other, w, diag, rhs)
+
+
+@_compat.jit_on_jax()
+def _laplacian(xp, seeds, facets, active, rhs):
     n = rhs.shape[0]
     cell, label = facets["cell"], facets["label"]
     is_facet = (label >= 0) & facets["valid"]
     other = xp.where(is_facet, label, cell)
-    diff = xp.take(prob.seeds, cell, axis=0) - xp.take(prob.seeds, other, axis=0)
+    diff = xp.take(seeds, cell, axis=0) - xp.take(seeds, other, axis=0)
     dist = xp.sqrt(xp.sum(diff * diff, axis=1))
     w = xp.where(is_facet, facets["rho"] / (2.0 * xp.where(is_facet, dist, 1.0)), 0.0)
     diag = _compat.segment_sum(xp, w, cell, n)
     scale = xp.sum(diag) / xp.maximum(xp.sum(xp.astype(active, diag.dtype)), 1.0)
     diag = xp.where(active, diag + REGULARISATION * scale, 1.0)
-    return _compat.solve_laplacian(xp, cell, other, w, diag, xp.where(active, rhs, 0.0))
+    return cell, other, w, diag, xp.where(active, rhs, 0.0)
 
 
 def _masked_min(xp, x, mask):
@@ -121,8 +128,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, min_step=2.0 ** -3
     eps0 = 0.5 * xp.minimum(_masked_min(xp, targets, active), _masked_min(xp, moments[:, 0], active))
 
     def error(mom):
-        e = xp.where(active, mom[:, 0] - targets, 0.0)
-        return xp.max(xp.abs(e)), xp.sqrt(xp.sum(e * e))
+        return _errors(xp, mom, targets, active)
 
     def cond(state):
         _, _, _, _, it, err = state
@@ -137,7 +143,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, min_step=2.0 ** -3
             trial = psi + t * d
             new = evaluate(xp, prob, trial, active)
             err_t, norm_t = error(new[1])
-            ok = (_masked_min(xp, new[1][:, 0], active) >= eps0) & (norm_t <= (1.0 - 0.5 * t) * norm0)
+            ok = _accept(xp, new[1], active, eps0, norm_t, norm0, t)
             if _compat.host_any(xp, ok) or t <= min_step:
                 break
             t = 0.5 * t
@@ -152,3 +158,16 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, min_step=2.0 ** -3
     psi, cells, moments, facets, it, err = _compat.while_loop(
         cond, body, (psi, cells, moments, facets, it0, err0))
     return Solution(psi, cells, moments, facets, err, it, err <= tol)
+
+
+@_compat.jit_on_jax()
+def _errors(xp, moments, targets, active):
+    """Max and Euclidean norms of the cell-mass error."""
+    e = xp.where(active, moments[:, 0] - targets, 0.0)
+    return xp.max(xp.abs(e)), xp.sqrt(xp.sum(e * e))
+
+
+@_compat.jit_on_jax()
+def _accept(xp, moments, active, eps0, norm_t, norm0, t):
+    """Damping test: every cell keeps ``eps0`` and the error decreases enough."""
+    return (_masked_min(xp, moments[:, 0], active) >= eps0) & (norm_t <= (1.0 - 0.5 * t) * norm0)

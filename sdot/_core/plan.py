@@ -8,7 +8,7 @@ their cell empty. Weights are reported with mean 0.
 """
 from __future__ import annotations
 
-from . import newton
+from . import _compat, newton
 
 
 def solve_plan(xp, prob, tol, max_iter, log=None):
@@ -20,8 +20,13 @@ def solve_plan(xp, prob, tol, max_iter, log=None):
 
 def plan_arrays(xp, prob, sol, rep, active, targets):
     """Distance, barycentres, cell masses and weights of every Dirac."""
+    return _plan_arrays(xp, prob, sol.moments, sol.psi, rep, active, targets) | dict(
+        residual=sol.residual, iterations=sol.iterations, converged=sol.converged)
+
+
+@_compat.jit_on_jax()
+def _plan_arrays(xp, prob, mom, psi_opt, rep, active, targets):
     seeds, masses = prob.seeds, prob.masses
-    mom = sol.moments
     g = mom[:, 0]
     has_mass = g > 0
     safe = xp.where(has_mass, g, 1.0)
@@ -30,18 +35,17 @@ def plan_arrays(xp, prob, sol, rep, active, targets):
     share = xp.where(group_mass > 0, masses / xp.where(group_mass > 0, group_mass, 1.0), 0.0)
     cell_masses = xp.take(g, rep) * share
     barycenters = xp.take(bary, rep, axis=0)
-    psi = xp.take(sol.psi, rep)
+    psi = xp.take(psi_opt, rep)
     lives = xp.take(active, rep)
     span = xp.concat([seeds, prob.lo[None, :], prob.hi[None, :]], axis=0)
     diam2 = xp.sum((xp.max(span, axis=0) - xp.min(span, axis=0)) ** 2)
-    psi_min = xp.min(xp.where(active, sol.psi, xp.inf))
+    psi_min = xp.min(xp.where(active, psi_opt, xp.inf))
     psi = xp.where(lives, psi, psi_min - diam2)
     count = xp.maximum(xp.sum(xp.astype(lives, psi.dtype)), 1.0)
     psi = psi - xp.sum(xp.where(lives, psi, 0.0)) / count
     distance = xp.asarray(xp.sum(xp.where(active, mom[:, 3], 0.0)))
     return dict(distance=distance, barycenters=barycenters, cell_masses=cell_masses,
-                brenier_potential=psi, residual=sol.residual, iterations=sol.iterations,
-                converged=sol.converged)
+                brenier_potential=psi)
 
 
 def diagram(xp, seeds, psi, density, lo, hi):

@@ -1,0 +1,3 @@
+from .solve import main
+
+main()
