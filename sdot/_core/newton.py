@@ -47,11 +47,16 @@ class Solution(NamedTuple):
 
 
 @_compat.jit_on_jax()
-def group_duplicates(xp, seeds, masses):
-    """Representative of each Dirac (first of its exact duplicates), activity, targets."""
+def group_duplicates(xp, seeds, masses, weights=None):
+    """Representative of each Dirac among its exact duplicates, activity, targets.
+
+    The representative is the duplicate of largest ``weights`` (it owns the
+    power cell), the first one on ties or without weights.
+    """
     n = seeds.shape[0]
     dev = aac.device(seeds)
-    o1 = xp.argsort(seeds[:, 1], stable=True)
+    o1 = xp.arange(n, dtype=xp.int64, device=dev) if weights is None else xp.argsort(-weights, stable=True)
+    o1 = xp.take(o1, xp.argsort(xp.take(seeds[:, 1], o1), stable=True))
     perm = xp.take(o1, xp.argsort(xp.take(seeds[:, 0], o1), stable=True))
     s = xp.take(seeds, perm, axis=0)
     same = xp.all(s[1:, :] == s[:-1, :], axis=1)

@@ -51,8 +51,9 @@ def _plan_arrays(xp, prob, mom, psi_opt, rep, active, targets):
 def diagram(xp, seeds, psi, density, lo, hi):
     """Cells and per-cell moments of the power diagram ``(seeds, psi)``.
 
-    Of exact duplicates, the first keeps the cell (the others are empty).
+    Of exact duplicates, the one of largest weight keeps the cell (the first
+    on ties); the others are empty.
     """
-    _, active, _ = newton.group_duplicates(xp, seeds, xp.ones_like(psi))
+    _, active, _ = newton.group_duplicates(xp, seeds, xp.ones_like(psi), psi)
     prob = newton.Problem(seeds, None, density, lo, hi)
     return newton.evaluate(xp, prob, psi, active)
