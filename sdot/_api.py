@@ -70,11 +70,11 @@ def _check_pair(source, target):
 
 def _problem(source, target):
     """The core problem in the computation namespace and dtype (rule 3)."""
-    lo, hi = target.domain
     xp = _driver.namespace(source.positions, target.values)
     dtype = _driver.compute_dtype(xp)
-    cast = [xp.astype(a, dtype) for a in (source.positions, source.masses, target.density, lo, hi)]
-    prob = newton.Problem(*cast)
+    source, target = source.astype(dtype), target.astype(dtype)   # normalise in `dtype`
+    prob = newton.Problem(source.positions, source.masses, target.density, *target.domain)
+    cast = list(prob)
     if not any(_driver.is_tracer(a) for a in cast):
         total_m, total_rho = float(xp.sum(prob.masses)), float(target.integral if target.mass is None else target.mass)
         if abs(total_m - total_rho) > 1e-6 * max(abs(total_rho), 1e-300):

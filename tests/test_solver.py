@@ -236,3 +236,14 @@ def test_batch_is_a_loop_over_items(eager_backend):
     for i in range(3):
         assert float(num(eager_backend, d)[i]) == pytest.approx(
             float(sdot.distance(sdot.SumOfDiracs(eager_backend.asarray(pts[i])), g)), rel=1e-12)
+
+
+def test_float32_inputs_are_normalised_and_solved_in_fp64(eager_backend):
+    """Rule 3: FP64 driver, float32 inputs: masses are normalised in FP64 (1/3 is not
+    exact in float32: a float32 normalisation would leave a ~1e-8 mass mismatch)."""
+    pts = load("points_2d_1000.npy")[:99]
+    src = sdot.SumOfDiracs(eager_backend.asarray(pts, dtype=np.float32))
+    g = sdot.Grid(eager_backend.asarray(np.ones((16, 16)), dtype=np.float32))
+    plan = sdot.optimal_transport_plan(src, g)
+    assert bool(plan.converged) and float(plan.residual) <= 1e-10
+    assert plan.distance.dtype == eager_backend.xp.float64
