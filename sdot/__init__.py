@@ -5,8 +5,9 @@ Laguerre (power) diagram and its gradients, written once against the Python
 array API. See ``docs/getting-started.md``.
 """
 from ._driver import driver
-from ._measures import (BatchOfSumOfDiracs, BatchOfSumOfWeightedDiracs, Grid,
-                        PolynomialGrid, SumOfDiracs, SumOfDiracs1d, SumOfWeightedDiracs)
+from ._measures import (BatchOfSumOfDiracs, BatchOfSumOfWeightedDiracs, SumOfDiracs,
+                        SumOfDiracs1d, SumOfWeightedDiracs)
+from ._grids import Grid, PolynomialGrid
 from ._api import (OtNotConverged, OtPlan, barycenters, default_tolerance, distance,
                    distances, optimal_transport_plan)
 from ._diagram import Cell, PowerDiagram

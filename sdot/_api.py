@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from . import _driver
 from ._core import newton, plan
-from ._measures import PolynomialGrid, _Diracs, align
+from ._grids import PolynomialGrid
+from ._measures import _Diracs, align
 from ._diagram import PowerDiagram
 
 __all__ = ["distance", "distances", "barycenters", "optimal_transport_plan", "OtPlan",

@@ -61,7 +61,8 @@ class PowerDiagram:
     """
 
     def __init__(self, positions, weights=None, domain=None):
-        from ._measures import Grid, SumOfDiracs
+        from ._grids import Grid
+        from ._measures import SumOfDiracs
 
         src = SumOfDiracs(positions)
         if src.dim != 2:

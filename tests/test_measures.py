@@ -288,6 +288,7 @@ def test_align_moves_converted_measures_next_to_native_ones(sdot_driver):
 
 def test_public_names():
     assert set(sdot._measures.__all__) - {"align"} <= set(sdot.__all__)
+    assert set(sdot._grids.__all__) <= set(sdot.__all__)
 
 
 def test_array_mass_is_differentiable_and_a_leaf():
