@@ -98,13 +98,17 @@ def sdot_driver():
     driver.framework, driver.dtype, driver.device = saved
 
 
+def _activate(name, driver):
+    b = Backend(name)
+    driver.framework = b.framework
+    driver.dtype = "FP64"
+    return b
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request, sdot_driver):
     """Every selected backend in turn; the driver framework follows the backend."""
-    b = Backend(request.param)
-    sdot_driver.framework = b.framework
-    sdot_driver.dtype = "FP64"
-    return b
+    return _activate(request.param, sdot_driver)
 
 
 EAGER_BACKENDS = tuple(b for b in BACKENDS if b != "jax-jit")
@@ -112,8 +116,5 @@ EAGER_BACKENDS = tuple(b for b in BACKENDS if b != "jax-jit")
 
 @pytest.fixture(params=EAGER_BACKENDS)
 def eager_backend(request, sdot_driver):
-    """The eager backends (the solver under ``jax.jit`` is tested separately)."""
-    b = Backend(request.param)
-    sdot_driver.framework = b.framework
-    sdot_driver.dtype = "FP64"
-    return b
+    """The eager backends: the solver does not run under ``jax.jit`` yet."""
+    return _activate(request.param, sdot_driver)
