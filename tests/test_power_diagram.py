@@ -286,3 +286,15 @@ def test_plot(eager_backend):
         assert isinstance(full[0].plot(), Axes) and isinstance(empty[0].plot(), Axes)
     finally:
         plt.close("all")
+
+
+def test_cell_with_more_vertices_than_the_default_capacity(eager_backend):
+    """A seed ringed by 24 others: its Voronoi cell is a regular 24-gon (capacity 16 overflows)."""
+    k, r = 24, 0.2
+    angles = 2 * np.pi * np.arange(k) / k
+    ring = 0.5 + r * np.stack([np.cos(angles), np.sin(angles)], 1)
+    seeds = np.concatenate([[[0.5, 0.5]], ring])
+    cell = sdot.PowerDiagram(eager_backend.asarray(seeds)).cells[0]
+    apothem = r / 2
+    assert len(cell.vertices) == k
+    assert float(cell.measure) == pytest.approx(k * apothem**2 * np.tan(np.pi / k), rel=1e-12)
