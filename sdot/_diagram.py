@@ -4,15 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from . import _driver
+from ._driver import _to_host as _to_numpy
 from ._core import newton, plan
 
 __all__ = ["PowerDiagram", "Cell"]
-
-
-def _to_numpy(x):
-    if hasattr(x, "detach"):
-        x = x.detach().cpu()
-    return np.asarray(x)
 
 
 class Cell:

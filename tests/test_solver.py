@@ -167,9 +167,11 @@ def test_zero_mass_diracs_get_empty_cells(eager_backend):
     src = sdot.SumOfWeightedDiracs(eager_backend.asarray(pts), eager_backend.asarray([1.0, 1.0, 0.0]))
     plan = sdot.optimal_transport_plan(src, sdot.Grid(eager_backend.asarray(np.ones((2, 2)))))
     np.testing.assert_allclose(num(eager_backend, plan.cell_masses), [0.5, 0.5, 0.0], atol=1e-12)
-    # Two half-squares cut by the diagonal x + y = 1.
-    assert float(plan.distance) == pytest.approx(2 * 0.5 * float(solve(
-        eager_backend, [[0.2, 0.2], [0.8, 0.8]], np.ones((1, 1))).distance) / 1.0, rel=1e-10)
+    # The zero-mass Dirac changes nothing: the two others split the square by x + y = 1.
+    alone = solve(eager_backend, [[0.2, 0.2], [0.8, 0.8]], np.ones((1, 1))).distance
+    assert float(plan.distance) == pytest.approx(float(alone), rel=1e-10)
+    # Closed form: half-square below x + y = 1 about (0.2, 0.2), twice.
+    assert float(alone) == pytest.approx(2 * (1 / 6 - 0.4 / 3 + 0.08 * 0.5), rel=1e-10)
 
 
 # ------------------------------------------------------------------- precision
