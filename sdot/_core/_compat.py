@@ -17,7 +17,7 @@ import numpy as np
 
 __all__ = [
     "segment_sum", "while_loop", "is_traced", "host_any", "bucket", "capacity", "set_rows",
-    "jit_on_jax", "knn", "solve_laplacian", "flat_take", "select",
+    "jit_on_jax", "knn", "knn_index", "solve_laplacian", "flat_take", "select",
 ]
 
 
@@ -138,19 +138,31 @@ def knn(xp, points, k: int, queries=None):
     """Indices ``(m, k)`` of the k nearest ``points`` of each query point.
 
     ``queries`` defaults to ``points`` (then each point is its own first neighbour).
-
-    Columns are sorted by increasing distance. scipy's cKDTree on concrete CPU
-    arrays; a chunked brute force in pure array API otherwise (O(n^2) work).
+    Columns are sorted by increasing distance. See :func:`knn_index`.
     """
-    queries = points if queries is None else queries
-    host, host_q = _host_view(points), _host_view(queries)
-    if host is not None and host_q is not None:
-        from scipy.spatial import cKDTree
+    return knn_index(xp, points)(points if queries is None else queries, k)
 
-        _, idx = cKDTree(host).query(host_q, k=k, workers=-1)
-        idx = np.asarray(idx, dtype=np.int64).reshape(queries.shape[0], k)
-        return _from_host(xp, idx, points)
-    return _knn_brute_force(xp, points, k, queries)
+
+def knn_index(xp, points):
+    """A search structure over ``points``: ``query(queries, k) -> (m, k)`` indices.
+
+    scipy's cKDTree (built once) on concrete CPU arrays; a chunked brute force
+    in pure array API otherwise (O(n m) work).
+    """
+    host = _host_view(points)
+    if host is None:
+        return lambda queries, k: _knn_brute_force(xp, points, k, queries)
+    from scipy.spatial import cKDTree
+
+    tree = cKDTree(host)
+
+    def query(queries, k):
+        host_q = _host_view(queries)
+        if host_q is None:
+            return _knn_brute_force(xp, points, k, queries)
+        _, idx = tree.query(host_q, k=k, workers=-1)
+        return _from_host(xp, np.asarray(idx, dtype=np.int64).reshape(queries.shape[0], k), points)
+    return query
 
 
 def _knn_brute_force(xp, points, k, queries):

@@ -149,17 +149,18 @@ def _put_rows(xp, cells, rows, sub):
     return Cells(*(_compat.set_rows(xp, a, rows, b) for a, b in zip(cells, sub)))
 
 
-def find_cutters(xp, seeds, psi, active, lift, cells, rows):
+def find_cutters(xp, seeds, psi, active, index, cells, rows):
     """For every vertex of the cells ``rows``, a seed that cuts it off, or -1.
 
     The seed of least power at a vertex ``v`` is the nearest lifted seed to
-    ``(v, 0)``; it cuts the vertex when its power is below the cell's own by
-    more than the rounding of the half-plane test.
+    ``(v, 0)`` (``index`` searches the lifted seeds, see :func:`lifted`); it
+    cuts the vertex when its power is below the cell's own by more than the
+    rounding of the half-plane test.
     """
     m, cap, _ = cells.vertices.shape
     queries, valid = _vertex_queries(xp, seeds, cells, rows)
     idx, queries = _valid_queries(xp, queries, valid, _compat.capacity(xp, xp.sum(xp.astype(valid, xp.int64)), valid, valid.shape[0]))
-    found = _compat.knn(xp, lift, 1, queries=queries)[:, 0]
+    found = index(queries, 1)[:, 0]
     return _cut_test(xp, seeds, psi, cells, rows, idx, found)
 
 
@@ -224,13 +225,13 @@ def power_cells(xp, seeds, psi, active, lo, hi, k: int = 12, capacity: int = 16,
     """
     n = seeds.shape[0]
     neighbours = _compat.knn(xp, seeds, min(k + 1, n))
-    lift = lifted(xp, seeds, psi, active)
+    index = _compat.knn_index(xp, lifted(xp, seeds, psi, active))   # built once, queried per round
     while True:
         cells = initial_cells(xp, seeds, psi, active, lo, hi, neighbours, capacity)
         rows = xp.arange(n, dtype=xp.int64, device=aac.device(seeds))
         for _ in range(rounds):
             sub = _take_rows(xp, cells, rows)
-            cutters = find_cutters(xp, seeds, psi, active, lift, sub, rows)
+            cutters = find_cutters(xp, seeds, psi, active, index, sub, rows)
             cut = xp.any(cutters >= 0, axis=1)
             if not _compat.host_any(xp, cut):
                 break
