@@ -102,7 +102,8 @@ def _masked_min(xp, x, mask):
 
 
 def initial_weights(xp, prob, active):
-    """Weights where every active cell has positive mass (see module docstring)."""
+    """Weights where every active cell has positive mass (see module docstring),
+    with their ``evaluate`` result (cells, moments, facets)."""
     dens = prob.density
     flat = xp.argmax(xp.reshape(dens, (-1,)))
     ny = dens.shape[1]
@@ -112,24 +113,24 @@ def initial_weights(xp, prob, active):
     r2 = xp.sum((prob.seeds - centre) ** 2, axis=1)
 
     def cond(state):
-        psi, moments, shrink = state
+        _, (_, moments, _), shrink = state
         return (_masked_min(xp, moments[:, 0], active) <= 0) & (shrink < 2.0 ** 60)
 
     def body(state):
         _, _, shrink = state
         shrink = 2.0 * shrink
         psi = r2 * (1.0 - 1.0 / shrink)
-        return psi, evaluate(xp, prob, psi, active)[1], shrink
+        return psi, evaluate(xp, prob, psi, active), shrink
 
     psi0 = xp.zeros_like(r2)
     one = xp.asarray(1.0, dtype=r2.dtype, device=aac.device(r2))
-    return _compat.while_loop(cond, body, (psi0, evaluate(xp, prob, psi0, active)[1], one))[0]
+    psi, evaluated, _ = _compat.while_loop(cond, body, (psi0, evaluate(xp, prob, psi0, active), one))
+    return psi, evaluated
 
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, min_step=2.0 ** -30):
     """Damped Newton from a start with non-empty cells. Returns a :class:`Solution`."""
-    psi = initial_weights(xp, prob, active)
-    cells, moments, facets = evaluate(xp, prob, psi, active)
+    psi, (cells, moments, facets) = initial_weights(xp, prob, active)
     eps0 = 0.5 * xp.minimum(_masked_min(xp, targets, active), _masked_min(xp, moments[:, 0], active))
 
     def error(mom):
