@@ -77,9 +77,24 @@ def evaluate(xp, prob, psi, active):
 
 
 def newton_direction(xp, prob, facets, active, rhs):
-    """Solve ``DG d = rhs`` (sparse, regularised weighted Laplacian)."""
+    """Solve ``DG d = rhs`` (sparse, regularised weighted Laplacian), in the gauge mean(d) = 0.
+
+    ``DG`` is singular along constants: the part of ``rhs`` along them (its
+    mean, which is rounding error since both mass vectors sum to the same
+    total) is removed first, and so is the mean of ``d`` after the solve.
+    Otherwise the regulariser turns a rounding error of ``sum(rhs)`` into a
+    huge constant shift of the weights, which costs FP32 all its precision.
+    """
     cell, other, w, diag, rhs = _laplacian(xp, prob.seeds, facets, active, rhs)
-    return _compat.solve_laplacian(xp, cell, other, w, diag, rhs)
+    d = _compat.solve_laplacian(xp, cell, other, w, diag, rhs)
+    return _centred(xp, d, active)
+
+
+@_compat.jit_on_jax()
+def _centred(xp, x, active):
+    """``x`` minus its mean over the ``active`` entries (inactive entries set to 0)."""
+    count = xp.maximum(xp.sum(xp.astype(active, x.dtype)), 1.0)
+    return xp.where(active, x - xp.sum(xp.where(active, x, 0.0)) / count, 0.0)
 
 
 @_compat.jit_on_jax()
@@ -94,7 +109,7 @@ def _laplacian(xp, seeds, facets, active, rhs):
     diag = _compat.segment_sum(xp, w, cell, n)
     scale = xp.sum(diag) / xp.maximum(xp.sum(xp.astype(active, diag.dtype)), 1.0)
     diag = xp.where(active, diag + REGULARISATION * scale, 1.0)
-    return cell, other, w, diag, xp.where(active, rhs, 0.0)
+    return cell, other, w, diag, _centred(xp, rhs, active)
 
 
 def _masked_min(xp, x, mask):
