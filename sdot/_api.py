@@ -128,7 +128,8 @@ def optimal_transport_plan(source, target, tol=None, max_iter=100, verbose=False
     tol = default_tolerance() if tol is None else float(tol)
     res = plan.solve_plan(xp, prob, tol, int(max_iter), log=_printer(verbose))
     sol = res["solution"]
-    diagram = PowerDiagram._from_solution(prob, sol.psi, sol.cells, sol.moments, res["active"])
+    diagram = PowerDiagram._from_solution(prob, sol.psi, sol.evaluation.cells,
+                                          sol.evaluation.moments, res["active"])
     out = OtPlan(power_diagram=diagram, **{k: res[k] for k in (
         "distance", "barycenters", "cell_masses", "brenier_potential", "converged",
         "iterations", "residual")})

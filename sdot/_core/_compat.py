@@ -16,19 +16,20 @@ import array_api_compat as aac
 import numpy as np
 
 __all__ = [
-    "segment_sum", "while_loop", "is_traced", "host_any", "bucket", "capacity", "set_rows",
-    "jit_on_jax", "knn", "knn_index", "solve_laplacian", "flat_take", "select",
+    "segment_sum", "while_loop", "fori_loop", "cond", "tree_where", "column", "to_int", "to_host",
+    "is_traced", "host_any", "bucket", "capacity", "set_rows", "jit_on_jax", "knn", "nearest",
+    "solve_laplacian", "flat_take", "select", "put_rows",
 ]
 
 
 # --------------------------------------------------------------------- helpers
-def is_traced(x) -> bool:
-    """True if ``x`` is a JAX tracer (inside jit / vmap / grad)."""
+def is_traced(*xs) -> bool:
+    """True if one of ``xs`` is a JAX tracer (inside jit / vmap / grad)."""
     if "jax" not in sys.modules:
         return False
     import jax
 
-    return isinstance(x, jax.core.Tracer)
+    return any(isinstance(x, jax.core.Tracer) for x in xs)
 
 
 def _host_view(x):
@@ -120,11 +121,10 @@ def _segment_sum_sorted(xp, values, ids, n):
     return xp.take(csum, bounds[1:], axis=0) - xp.take(csum, bounds[:-1], axis=0)
 
 
-# ------------------------------------------------------------------ while loop
+# ------------------------------------------------------------ control flow
 def while_loop(cond, body, state):
     """``jax.lax.while_loop`` when the state is traced, a Python loop otherwise."""
-    leaves = state if isinstance(state, tuple) else (state,)
-    if any(is_traced(x) for x in leaves):
+    if is_traced(*_leaves(state)):
         import jax
 
         return jax.lax.while_loop(cond, body, state)
@@ -133,36 +133,109 @@ def while_loop(cond, body, state):
     return state
 
 
+def fori_loop(lower: int, upper: int, body, state):
+    """``state = body(i, state)`` for ``i`` in ``range(lower, upper)`` (``jax.lax.fori_loop``
+    when the state is traced)."""
+    if is_traced(*_leaves(state)):
+        import jax
+
+        return jax.lax.fori_loop(lower, upper, body, state)
+    for i in range(lower, upper):
+        state = body(i, state)
+    return state
+
+
+def cond(pred, true_fn, false_fn):
+    """``true_fn()`` if ``pred`` else ``false_fn()`` (``jax.lax.cond`` when traced)."""
+    if is_traced(pred):
+        import jax
+
+        return jax.lax.cond(pred, true_fn, false_fn)
+    return true_fn() if bool(pred) else false_fn()
+
+
+def tree_where(xp, pred, a, b):
+    """``a`` where the scalar ``pred`` holds, else ``b``, leaf by leaf (tuples of arrays)."""
+    if isinstance(a, tuple):
+        return type(a)(*(tree_where(xp, pred, x, y) for x, y in zip(a, b))) if hasattr(a, "_fields") \
+            else tuple(tree_where(xp, pred, x, y) for x, y in zip(a, b))
+    return xp.where(pred, a, b)
+
+
+def column(x, c):
+    """Column ``c`` (an int, or a traced integer) of the 2-d array ``x``."""
+    return x[:, c]
+
+
+def to_int(x) -> int:
+    """Host integer of a concrete 0-d array (eager sizing only)."""
+    return int(x)
+
+
+def to_host(x):
+    """NumPy copy of a concrete array (eager sizing only)."""
+    view = _host_view(x)
+    if view is not None:
+        return np.asarray(view)
+    if aac.is_torch_array(x):
+        return x.detach().cpu().numpy()
+    return np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
+
+
+def _leaves(state):
+    if isinstance(state, (tuple, list)):
+        return [leaf for item in state for leaf in _leaves(item)]
+    if isinstance(state, dict):
+        return [leaf for item in state.values() for leaf in _leaves(item)]
+    return [state]
+
+
+# ---------------------------------------------------------------- host calls
+def _host_callback(xp, fn, result_shape, result_dtype, *args):
+    """Run the NumPy function ``fn`` on concrete copies of ``args``.
+
+    Eagerly on CPU arrays: directly (NumPy views, no copy). Under ``jax.jit`` on
+    the CPU: ``jax.pure_callback`` (sequential under ``vmap``). Returns None
+    where the host is not reachable without a device copy (GPU, array_api_strict):
+    the caller then uses its pure array-API fallback.
+    """
+    if any(is_traced(a) for a in args):
+        import jax
+
+        if jax.default_backend() != "cpu":
+            return None
+        spec = jax.ShapeDtypeStruct(result_shape, result_dtype)
+        return jax.pure_callback(lambda *a: np.asarray(fn(*map(np.asarray, a)), dtype=result_dtype),
+                                 spec, *args, vmap_method="sequential")
+    host = [_host_view(a) for a in args]
+    if any(h is None for h in host):
+        return None
+    return _from_host(xp, np.asarray(fn(*host), dtype=result_dtype), args[0])
+
+
 # ------------------------------------------------------------ nearest neighbours
-def knn(xp, points, k: int, queries=None):
-    """Indices ``(m, k)`` of the k nearest ``points`` of each query point.
+def knn(xp, points, k: int):
+    """Indices ``(n, k)`` of the k nearest ``points`` of each point (itself first).
 
-    ``queries`` defaults to ``points`` (then each point is its own first neighbour).
-    Columns are sorted by increasing distance. See :func:`knn_index`.
+    scipy's cKDTree on the host; a chunked brute force in pure array API otherwise
+    (O(n^2) work).
     """
-    return knn_index(xp, points)(points if queries is None else queries, k)
+    def host(p):
+        from scipy.spatial import cKDTree
+
+        return np.asarray(cKDTree(p).query(p, k=k, workers=-1)[1], dtype=np.int64).reshape(len(p), k)
+    out = _host_callback(xp, host, (points.shape[0], k), np.int64, points)
+    return _knn_brute_force(xp, points, k, points) if out is None else out
 
 
-def knn_index(xp, points):
-    """A search structure over ``points``: ``query(queries, k) -> (m, k)`` indices.
+def nearest(xp, points, queries):
+    """Index ``(m,)`` of the nearest of ``points`` to each of ``queries``."""
+    def host(p, q):
+        from scipy.spatial import cKDTree
 
-    scipy's cKDTree (built once) on concrete CPU arrays; a chunked brute force
-    in pure array API otherwise (O(n m) work).
-    """
-    host = _host_view(points)
-    if host is None:
-        return lambda queries, k: _knn_brute_force(xp, points, k, queries)
-    from scipy.spatial import cKDTree
-
-    tree = cKDTree(host)
-
-    def query(queries, k):
-        host_q = _host_view(queries)
-        if host_q is None:
-            return _knn_brute_force(xp, points, k, queries)
-        _, idx = tree.query(host_q, k=k, workers=-1)
-        return _from_host(xp, np.asarray(idx, dtype=np.int64).reshape(queries.shape[0], k), points)
-    return query
+        return np.asarray(cKDTree(p).query(q, k=1, workers=-1)[1], dtype=np.int64).reshape(len(q))
+    out = _host_callback(xp, host, (queries.shape[0],), np.int64, points, queries)
+    return _knn_brute_force(xp, points, 1, queries)[:, 0] if out is None else out
 
 
 def _knn_brute_force(xp, points, k, queries):
@@ -182,24 +255,28 @@ def solve_laplacian(xp, rows, cols, weights, diag, rhs):
     """Solve ``(D - W) x = rhs`` for a sparse symmetric weighted Laplacian.
 
     ``W[rows, cols] += weights`` (entries may repeat), ``D = diag`` (already
-    including the gauge regulariser). Direct sparse LU (scipy, COLAMD) on
-    concrete CPU arrays, in FP64; Jacobi-preconditioned conjugate gradient in
-    pure array API otherwise.
+    including the gauge regulariser). A sparse direct solve (scipy's SuperLU in
+    symmetric mode) on the host, in FP64; Jacobi-preconditioned conjugate
+    gradient in pure array API where the host is not reachable.
     """
-    host = [_host_view(a) for a in (rows, cols, weights, diag, rhs)]
-    if all(h is not None for h in host):
+    def host(r, c, w, d, b):
         import scipy.sparse as sp
-        from scipy.sparse.linalg import spsolve
+        from scipy.sparse.linalg import splu
 
-        r, c, w, d, b = host
         n = d.shape[0]
         ar = np.arange(n)
         mat = sp.csc_matrix(
             (np.concatenate([-w.astype(np.float64), d.astype(np.float64)]),
              (np.concatenate([r, ar]), np.concatenate([c, ar]))), shape=(n, n))
-        x = spsolve(mat, b.astype(np.float64), permc_spec="COLAMD")
-        return _from_host(xp, np.asarray(x, dtype=b.dtype), rhs)
-    return _solve_cg(xp, rows, cols, weights, diag, rhs)
+        lu = splu(mat, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+                  options=dict(SymmetricMode=True))
+        return lu.solve(b.astype(np.float64))
+    out = _host_callback(xp, host, tuple(rhs.shape), _numpy_dtype(rhs), rows, cols, weights, diag, rhs)
+    return _solve_cg(xp, rows, cols, weights, diag, rhs) if out is None else out
+
+
+def _numpy_dtype(x):
+    return np.float32 if "float32" in str(x.dtype) else np.float64
 
 
 def _solve_cg(xp, rows, cols, weights, diag, rhs, rtol=1e-13, max_iter=None):
@@ -248,6 +325,14 @@ def select(xp, mask, size: int):
 
 def set_rows(xp, x, idx, values):
     """``x`` with rows ``idx`` (distinct) replaced by ``values``; out of place, traceable."""
+    if aac.is_numpy_array(x):
+        out = x.copy()
+        out[idx] = values
+        return out
+    if aac.is_torch_array(x):
+        return x.index_copy(0, idx, values)
+    if aac.is_jax_array(x):
+        return x.at[idx].set(values)
     order = xp.argsort(idx)
     sorted_idx = xp.take(idx, order)
     rows = xp.arange(x.shape[0], dtype=idx.dtype, device=aac.device(idx))
@@ -255,6 +340,18 @@ def set_rows(xp, x, idx, values):
     hit = xp.take(sorted_idx, pos) == rows
     picked = xp.take(values, xp.take(order, pos), axis=0)
     return xp.where(xp.reshape(hit, (-1,) + (1,) * (x.ndim - 1)), picked, x)
+
+
+def put_rows(xp, x, idx, values):
+    """``x`` with rows ``idx`` (distinct) replaced by ``values``, in place if possible.
+
+    Only for arrays that sdot created itself (never the caller's): NumPy and
+    torch write in place; other frameworks get a copy (:func:`set_rows`).
+    """
+    if aac.is_numpy_array(x) or aac.is_torch_array(x):
+        x[idx, ...] = values
+        return x
+    return set_rows(xp, x, idx, values)
 
 
 def jit_on_jax(*static_argnames):

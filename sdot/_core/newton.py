@@ -36,11 +36,19 @@ class Problem(NamedTuple):
     hi: object         # (2,)
 
 
+class Evaluation(NamedTuple):
+    """The diagram at some weights: ``cells``, per-cell ``moments`` (n, 4: mass,
+    first moments and second moment about the seed) and per-edge ``facet``
+    integrals of the density (n, V)."""
+
+    cells: object
+    moments: object
+    facet: object
+
+
 class Solution(NamedTuple):
     psi: object
-    cells: object
-    moments: object    # (n, 4): mass, first moments and second moment about the seed
-    facets: object
+    evaluation: object
     residual: object
     iterations: object
     converged: object
@@ -69,14 +77,14 @@ def group_duplicates(xp, seeds, masses, weights=None):
     return rep, active, xp.where(active, group_mass, 0.0)
 
 
-def evaluate(xp, prob, psi, active):
-    """Cells, per-cell moments and per-edge facet integrals at weights ``psi``."""
-    cells = geometry.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi)
-    moments, facets = integrate.cell_integrals(xp, prob.seeds, cells, prob.density, prob.lo, prob.hi)
-    return cells, moments, facets
+def evaluate(xp, prob, psi, active, candidates=None):
+    """The :class:`Evaluation` at weights ``psi`` (cells first clipped by ``candidates``)."""
+    cells = geometry.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi, candidates)
+    moments, facet = integrate.cell_integrals(xp, prob.seeds, cells, prob.density, prob.lo, prob.hi)
+    return Evaluation(cells, moments, facet)
 
 
-def newton_direction(xp, prob, facets, active, rhs):
+def newton_direction(xp, prob, ev, active, rhs):
     """Solve ``DG d = rhs`` (sparse, regularised weighted Laplacian), in the gauge mean(d) = 0.
 
     ``DG`` is singular along constants: the part of ``rhs`` along them (its
@@ -85,8 +93,8 @@ def newton_direction(xp, prob, facets, active, rhs):
     Otherwise the regulariser turns a rounding error of ``sum(rhs)`` into a
     huge constant shift of the weights, which costs FP32 all its precision.
     """
-    cell, other, w, diag, rhs = _laplacian(xp, prob.seeds, facets, active, rhs)
-    d = _compat.solve_laplacian(xp, cell, other, w, diag, rhs)
+    rows, cols, w, diag, rhs = _laplacian(xp, prob.seeds, ev.cells, ev.facet, active, rhs)
+    d = _compat.solve_laplacian(xp, rows, cols, w, diag, rhs)
     return _centred(xp, d, active)
 
 
@@ -98,18 +106,25 @@ def _centred(xp, x, active):
 
 
 @_compat.jit_on_jax()
-def _laplacian(xp, seeds, facets, active, rhs):
-    n = rhs.shape[0]
-    cell, label = facets["cell"], facets["label"]
-    is_facet = (label >= 0) & facets["valid"]
-    other = xp.where(is_facet, label, cell)
-    diff = xp.take(seeds, cell, axis=0) - xp.take(seeds, other, axis=0)
-    dist = xp.sqrt(xp.sum(diff * diff, axis=1))
-    w = xp.where(is_facet, facets["rho"] / (2.0 * xp.where(is_facet, dist, 1.0)), 0.0)
-    diag = _compat.segment_sum(xp, w, cell, n)
+def _laplacian(xp, seeds, cells, facet, active, rhs):
+    """Entries ``(rows, cols, w)`` of ``W``, the diagonal and the centred right-hand side.
+
+    ``W_ij = (int of rho over facet ij) / (2 |y_i - y_j|)``, one entry per edge slot.
+    """
+    n, cap = cells.labels.shape
+    dev = aac.device(seeds)
+    k = xp.arange(cap, dtype=xp.int64, device=dev)[None, :]
+    row = xp.broadcast_to(xp.arange(n, dtype=xp.int64, device=dev)[:, None], (n, cap))
+    is_facet = (k < cells.count[:, None]) & (cells.labels >= 0)
+    other = xp.where(is_facet, cells.labels, row)
+    diff = _compat.flat_take(seeds, other) - seeds[:, None, :]
+    dist = xp.sqrt(xp.sum(diff * diff, axis=-1))
+    w = xp.where(is_facet, facet / (2.0 * xp.where(is_facet, dist, 1.0)), 0.0)
+    diag = xp.sum(w, axis=1)
     scale = xp.sum(diag) / xp.maximum(xp.sum(xp.astype(active, diag.dtype)), 1.0)
     diag = xp.where(active, diag + REGULARISATION * scale, 1.0)
-    return cell, other, w, diag, _centred(xp, rhs, active)
+    return (xp.reshape(row, (-1,)), xp.reshape(other, (-1,)), xp.reshape(w, (-1,)), diag,
+            _centred(xp, rhs, active))
 
 
 def _masked_min(xp, x, mask):
@@ -118,7 +133,7 @@ def _masked_min(xp, x, mask):
 
 def initial_weights(xp, prob, active):
     """Weights where every active cell has positive mass (see module docstring),
-    with their ``evaluate`` result (cells, moments, facets)."""
+    with their :class:`Evaluation`."""
     dens = prob.density
     flat = xp.argmax(xp.reshape(dens, (-1,)))
     ny = dens.shape[1]
@@ -126,59 +141,84 @@ def initial_weights(xp, prob, active):
     shape = xp.asarray(dens.shape, dtype=prob.seeds.dtype, device=aac.device(dens))
     centre = prob.lo + (xp.astype(ij, prob.seeds.dtype) + 0.5) / shape * (prob.hi - prob.lo)
     r2 = xp.sum((prob.seeds - centre) ** 2, axis=1)
+    candidates = geometry.first_candidates(xp, prob.seeds)   # shrinking keeps the nearest seeds
 
     def cond(state):
-        _, (_, moments, _), shrink = state
-        return (_masked_min(xp, moments[:, 0], active) <= 0) & (shrink < 2.0 ** 60)
+        _, ev, shrink = state
+        return (_masked_min(xp, ev.moments[:, 0], active) <= 0) & (shrink < 2.0 ** 60)
 
     def body(state):
         _, _, shrink = state
         shrink = 2.0 * shrink
         psi = r2 * (1.0 - 1.0 / shrink)
-        return psi, evaluate(xp, prob, psi, active), shrink
+        return psi, evaluate(xp, prob, psi, active, candidates), shrink
 
     psi0 = xp.zeros_like(r2)
     one = xp.asarray(1.0, dtype=r2.dtype, device=aac.device(r2))
-    psi, evaluated, _ = _compat.while_loop(cond, body, (psi0, evaluate(xp, prob, psi0, active), one))
-    return psi, evaluated
+    psi, ev, _ = _compat.while_loop(cond, body, (psi0, evaluate(xp, prob, psi0, active, candidates), one))
+    return psi, ev
 
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, min_step=2.0 ** -30):
     """Damped Newton from a start with non-empty cells. Returns a :class:`Solution`."""
-    psi, (cells, moments, facets) = initial_weights(xp, prob, active)
-    eps0 = 0.5 * xp.minimum(_masked_min(xp, targets, active), _masked_min(xp, moments[:, 0], active))
+    psi, ev = initial_weights(xp, prob, active)
+    eps0 = 0.5 * xp.minimum(_masked_min(xp, targets, active), _masked_min(xp, ev.moments[:, 0], active))
 
     def error(mom):
         return _errors(xp, mom, targets, active)
 
+    def damped_step(psi, ev, d, norm0):
+        """Halve ``t`` from 1 until the step is accepted (or ``t < min_step``)."""
+        candidates = geometry.neighbours(xp, ev.cells, _candidate_width(xp, ev.cells))
+
+        def trial(t):
+            new = evaluate(xp, prob, psi + t * d, active, candidates)
+            err_t, norm_t = error(new.moments)
+            return new, err_t, _accept(xp, new.moments, new.cells, active, eps0, norm_t, norm0, t)
+
+        def cond(state):
+            t, _, _, ok = state
+            return ~ok & (t > min_step)
+
+        t1 = xp.asarray(1.0, dtype=psi.dtype, device=aac.device(psi))
+        new, err_t, ok = trial(t1)
+
+        def loop_body(state):
+            t, _, _, _ = state
+            t = 0.5 * t
+            new, err_t, ok = trial(t)
+            return t, new, err_t, ok
+
+        t, new, err_t, _ = _compat.while_loop(cond, loop_body, (t1, new, err_t, ok))
+        return psi + t * d, new, err_t, t
+
     def cond(state):
-        _, _, _, _, it, err = state
+        _, _, it, err = state
         return (err > tol) & (it < max_iter)
 
     def body(state):
-        psi, cells, moments, facets, it, err = state
-        _, norm0 = error(moments)
-        d = newton_direction(xp, prob, facets, active, targets - moments[:, 0])
-        t = 1.0
-        while True:  # damping: at most log2(1 / min_step) halvings
-            trial = psi + t * d
-            new = evaluate(xp, prob, trial, active)
-            err_t, norm_t = error(new[1])
-            ok = _accept(xp, new[1], active, eps0, norm_t, norm0, t)
-            if _compat.host_any(xp, ok) or t <= min_step:
-                break
-            t = 0.5 * t
+        psi, ev, it, err = state
+        _, norm0 = error(ev.moments)
+        d = newton_direction(xp, prob, ev, active, targets - ev.moments[:, 0])
+        psi, ev, err, t = damped_step(psi, ev, d, norm0)
         if log is not None:
-            log(it + 1, err_t, t)
-        return trial, new[0], new[1], new[2], it + 1, err_t
+            log(it + 1, err, t)
+        return psi, ev, it + 1, err
 
-    err0, _ = error(moments)
+    err0, _ = error(ev.moments)
     if log is not None:
         log(0, err0, 0.0)
     it0 = xp.asarray(0, device=aac.device(psi))
-    psi, cells, moments, facets, it, err = _compat.while_loop(
-        cond, body, (psi, cells, moments, facets, it0, err0))
-    return Solution(psi, cells, moments, facets, err, it, err <= tol)
+    psi, ev, it, err = _compat.while_loop(cond, body, (psi, ev, it0, err0))
+    sound = ev.cells.certified & ~xp.any(ev.cells.overflow)
+    return Solution(psi, ev, err, it, (err <= tol) & sound)
+
+
+def _candidate_width(xp, cells):
+    """Columns of the candidates table: the largest degree eagerly, a fixed hint traced."""
+    if _compat.is_traced(cells.vertices):
+        return min(geometry.FIRST_CANDIDATES, cells.labels.shape[1])
+    return max(geometry.max_degree(xp, cells), 1)
 
 
 @_compat.jit_on_jax()
@@ -189,6 +229,7 @@ def _errors(xp, moments, targets, active):
 
 
 @_compat.jit_on_jax()
-def _accept(xp, moments, active, eps0, norm_t, norm0, t):
-    """Damping test: every cell keeps ``eps0`` and the error decreases enough."""
-    return (_masked_min(xp, moments[:, 0], active) >= eps0) & (norm_t <= (1.0 - 0.5 * t) * norm0)
+def _accept(xp, moments, cells, active, eps0, norm_t, norm0, t):
+    """Damping test: a sound diagram, every cell keeps ``eps0`` and the error decreases enough."""
+    return (cells.certified & ~xp.any(cells.overflow)
+            & (_masked_min(xp, moments[:, 0], active) >= eps0) & (norm_t <= (1.0 - 0.5 * t) * norm0))

@@ -20,7 +20,7 @@ def solve_plan(xp, prob, tol, max_iter, log=None):
 
 def plan_arrays(xp, prob, sol, rep, active, targets):
     """Distance, barycentres, cell masses and weights of every Dirac."""
-    return _plan_arrays(xp, prob, sol.moments, sol.psi, rep, active, targets) | dict(
+    return _plan_arrays(xp, prob, sol.evaluation.moments, sol.psi, rep, active, targets) | dict(
         residual=sol.residual, iterations=sol.iterations, converged=sol.converged)
 
 
