@@ -4,8 +4,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from . import _driver
-from ._core import newton, plan
+import array_api_compat as aac
+
+from . import _autodiff, _driver
+from ._core import gradients, newton, plan
 from ._grids import PolynomialGrid
 from ._measures import _Diracs, align
 from ._diagram import PowerDiagram
@@ -76,9 +78,7 @@ def _problem(source, target):
     source, target = source.astype(dtype), target.astype(dtype)   # normalise in `dtype`
     prob = newton.Problem(source.positions, source.masses, target.density, *target.domain)
     if any(_driver.is_tracer(a) for a in prob):
-        raise NotImplementedError(
-            "sdot's solver does not run under jax.jit / jax.vmap / jax.grad yet: call it on "
-            "concrete arrays (eagerly)")
+        return xp, prob                     # values unknown: no mass check under tracing
     total_m = float(xp.sum(prob.masses))
     total_rho = float(target.integral if target.mass is None else target.mass)
     if abs(total_m - total_rho) > 1e-6 * max(abs(total_rho), 1e-300):
@@ -115,33 +115,56 @@ def optimal_transport_plan(source, target, tol=None, max_iter=100, verbose=False
         Print one line per Newton step (step, residual, damping, time).
     raise_on_failure : bool
         Raise :class:`OtNotConverged` (carrying the partial plan) if not
-        converged; otherwise return the partial plan.
+        converged; otherwise return the partial plan. Under ``jax.jit`` (or
+        any JAX transformation) nothing can be raised: a failed solve gives
+        ``distance = nan`` instead (``plan.converged`` says which).
 
     Returns
     -------
     OtPlan
+        ``distance`` is differentiable (torch autograd, JAX transformations)
+        with respect to the positions and masses of the Diracs and the values
+        of the grid; the other attributes are not.
     """
     source, target = _check_pair(source, target)
     if source.batched:
         raise ValueError("optimal_transport_plan takes one source; use distances() for batches")
     xp, prob = _problem(source, target)
     tol = default_tolerance() if tol is None else float(tol)
-    res = plan.solve_plan(xp, prob, tol, int(max_iter), log=_printer(verbose))
-    sol = res["solution"]
-    diagram = PowerDiagram._from_solution(prob, sol.psi, sol.evaluation.cells,
-                                          sol.evaluation.moments, res["active"])
-    out = OtPlan(power_diagram=diagram, **{k: res[k] for k in (
-        "distance", "barycenters", "cell_masses", "brenier_potential", "converged",
-        "iterations", "residual")})
+    out = _solve(xp, prob, tol, int(max_iter), _printer(verbose), raise_on_failure)
     if raise_on_failure and not _driver.is_tracer(out.converged) and not bool(out.converged):
         raise OtNotConverged(f"no convergence in {int(out.iterations)} Newton steps: residual "
                              f"{float(out.residual):.3e} > tol {tol:.1e}", out)
     return out
 
 
+def _solve(xp, prob, tol, max_iter, log, nan_on_failure):
+    """Solve on inputs cut from the autodiff graph, then attach the analytic gradients."""
+    cut = newton.Problem(*(_autodiff.detach(a) for a in prob))
+    res = plan.solve_plan(xp, cut, tol, max_iter, log=log)
+    distance = _autodiff.attach(res["distance"], (prob.seeds, prob.masses, prob.density),
+                                (cut.lo, cut.hi, res["state"]), _gradients)
+    if nan_on_failure and _driver.is_tracer(res["converged"]):
+        distance = xp.where(res["converged"], distance, xp.nan)
+    sol = res["solution"]
+    diagram = PowerDiagram._from_solution(cut, sol.psi, sol.evaluation.cells,
+                                          sol.evaluation.moments, res["active"])
+    return OtPlan(distance=distance, power_diagram=diagram, **{k: res[k] for k in (
+        "barycenters", "cell_masses", "brenier_potential", "converged", "iterations", "residual")})
+
+
+def _gradients(inputs, state, needs):
+    """``dW/d(seeds, masses, density)`` (see :mod:`sdot._core.gradients`)."""
+    seeds, masses, density = inputs
+    lo, hi, gstate = state
+    return gradients.gradients(_driver.namespace(seeds), seeds, masses, density, lo, hi, gstate, needs)
+
+
 def distance(source, target, **options):
     """W2^2 between ``source`` and ``target``: a scalar, or shape ``(b,)`` for a batch.
 
+    Differentiable with respect to the Dirac positions and masses and the grid
+    values (torch autograd; JAX ``grad``, ``jvp``, ``jit``, ``vmap``, ``scan``).
     ``options`` are those of :func:`optimal_transport_plan`.
     """
     if isinstance(source, _Diracs) and source.batched:
@@ -150,12 +173,27 @@ def distance(source, target, **options):
 
 
 def distances(sources, target, **options):
-    """W2^2 of every item of a batch of sources (``BatchOfSumOfDiracs``...), shape ``(b,)``."""
+    """W2^2 of every item of a batch of sources (``BatchOfSumOfDiracs``...), shape ``(b,)``.
+
+    JAX batches run as one ``jax.vmap`` of the solve; other frameworks loop over the items.
+    """
     if not (isinstance(sources, _Diracs) and sources.batched):
         raise TypeError("distances takes a BatchOfSumOfDiracs or BatchOfSumOfWeightedDiracs")
-    values = [optimal_transport_plan(sources[i], target, **options).distance for i in range(len(sources))]
-    xp = _driver.namespace(*values)
-    return xp.stack(values)
+    sources, target = align(sources, target)
+    if aac.is_jax_array(sources.positions):
+        import jax
+
+        _driver.compute_dtype(aac.array_namespace(sources.positions))   # x64 policy first
+        return jax.vmap(lambda item: distance(item, target, **options))(_items(sources))
+    values = [distance(item, target, **options) for item in sources]
+    return _driver.namespace(*values).stack(values)
+
+
+def _items(batch):
+    """The batch as one unbatched measure whose arrays keep the batch axis (for ``vmap``)."""
+    item = batch[0]
+    item._positions, item._weights = batch.positions, batch._weights
+    return item
 
 
 def barycenters(source, target, **options):

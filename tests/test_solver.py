@@ -249,13 +249,3 @@ def test_float32_inputs_are_normalised_and_solved_in_fp64(eager_backend):
     plan = sdot.optimal_transport_plan(src, g, tol=1e-13)
     assert bool(plan.converged) and float(plan.residual) <= 1e-13
     assert plan.distance.dtype == eager_backend.xp.float64
-
-
-def test_under_jax_jit_is_refused_clearly(sdot_driver):
-    """The solver is eager for now: under tracing it must refuse, not return garbage."""
-    jax = pytest.importorskip("jax")
-    sdot_driver.framework = "jax"
-    pts = jax.numpy.asarray(load("points_2d_1000.npy")[:20])
-    g = sdot.Grid(jax.numpy.ones((2, 2)))
-    with pytest.raises(NotImplementedError, match="jax.jit"):
-        jax.jit(lambda p: sdot.distance(sdot.SumOfDiracs(p), g))(pts)

@@ -16,7 +16,7 @@ import array_api_compat as aac
 import numpy as np
 
 __all__ = [
-    "segment_sum", "while_loop", "fori_loop", "cond", "tree_where", "column", "to_int", "to_host",
+    "segment_sum", "while_loop", "fori_loop", "cond", "tree_where", "column", "to_int", "to_host", "host_call",
     "is_traced", "host_any", "bucket", "capacity", "set_rows", "jit_on_jax", "knn", "nearest",
     "solve_laplacian", "flat_take", "select", "put_rows",
 ]
@@ -152,6 +152,16 @@ def cond(pred, true_fn, false_fn):
 
         return jax.lax.cond(pred, true_fn, false_fn)
     return true_fn() if bool(pred) else false_fn()
+
+
+def host_call(fn, *args):
+    """``fn(*args)`` on the host: directly, or ``jax.debug.callback`` when traced."""
+    if is_traced(*args):
+        import jax
+
+        jax.debug.callback(fn, *args)
+    else:
+        fn(*args)
 
 
 def tree_where(xp, pred, a, b):

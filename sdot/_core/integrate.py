@@ -25,6 +25,7 @@ constant density on the box).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import array_api_compat as aac
 
@@ -88,6 +89,69 @@ class _Edges:
         return xp.where(m < self.n_cross, t, 1.0)
 
 
+class Piece(NamedTuple):
+    """Piece r of every edge slot (n, V): endpoints ``p``, ``q`` relative to the
+    seed, pixel ``ix``, ``iy``, ``live`` where the edge has a piece r."""
+
+    p: object
+    q: object
+    ix: object
+    iy: object
+    live: object
+
+
+def _visit_pieces(xp, seeds, cells, lo, hi, grid_shape, visit, acc):
+    """``acc = visit(piece, acc)`` for every piece rank r (see the module docstring)."""
+    dev = aac.device(seeds)
+    n, cap, _ = cells.vertices.shape
+    e = _Edges(xp, seeds, cells, lo, hi, grid_shape)
+    pieces = xp.sum(e.n_cross, axis=-1) + 1                        # per edge slot
+    last = xp.max(xp.where(e.valid, pieces, 0))
+
+    def body(state):
+        r, m, t0, acc = state
+        tm = e.crossing(xp, m)                                     # (n, V, 2)
+        t1 = xp.min(tm, axis=-1)
+        p = e.a + t0[..., None] * (e.b - e.a)
+        q = e.a + t1[..., None] * (e.b - e.a)
+        mid = xp.maximum((seeds - lo)[:, None, :] + 0.5 * (p + q), 0.0) * e.scale
+        pix = xp.astype(xp.floor(mid), xp.int64)
+        ix = xp.minimum(pix[..., 0], grid_shape[0] - 1)
+        iy = xp.minimum(pix[..., 1], grid_shape[1] - 1)
+        acc = visit(Piece(p, q, ix, iy, e.valid & (r < pieces)), acc)
+        step_x = tm[..., 0] <= tm[..., 1]
+        m = m + xp.astype(xp.stack([step_x, ~step_x], axis=-1), xp.int64)
+        return r + 1, m, t1, acc
+
+    state = (xp.asarray(0, dtype=xp.int64, device=dev), xp.zeros((n, cap, 2), dtype=xp.int64, device=dev),
+             xp.zeros((n, cap), dtype=seeds.dtype, device=dev), acc)
+    return _compat.while_loop(lambda s: s[0] < last, body, state)[3]
+
+
+class _Grid:
+    """What every piece needs from the grid: prefix tables, the seed's column."""
+
+    def __init__(self, xp, seeds, density_shape, lo, hi, density=None):
+        self.shape = tuple(density_shape)
+        self.dx = (hi[0] - lo[0]) / self.shape[0]
+        self.sx = seeds[:, 0:1]                                     # (n, 1)
+        column = xp.astype(xp.floor((self.sx - lo[0]) / self.dx), xp.int64)
+        self.col_seed = xp.minimum(xp.maximum(column, 0), self.shape[0] - 1)
+        self.lo = lo
+        if density is not None:
+            self.tables = xp.reshape(prefix_tables(xp, density, lo, hi), (3, -1))
+            self.flat_density = xp.reshape(density, (-1,))
+
+    def table_index(self, piece):
+        """Flat indices into the tables of the piece's pixel and of the seed's column."""
+        width = self.shape[0] + 1
+        return piece.iy * width + piece.ix, piece.iy * width + self.col_seed
+
+    def u_left(self, xp, piece):
+        """Left side of the piece's pixel, relative to the seed."""
+        return self.lo[0] + self.dx * xp.astype(piece.ix, self.sx.dtype) - self.sx
+
+
 @_compat.jit_on_jax()
 def cell_integrals(xp, seeds, cells, density, lo, hi):
     """Per cell ``(mass, M_x, M_y, M_2)`` about the seed ``(n, 4)``, and per edge slot
@@ -96,41 +160,22 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
     ``M_x = int (x - y_i) rho``, ``M_2 = int |x - y_i|^2 rho`` over the cell.
     """
     n, cap, _ = cells.vertices.shape
-    grid_shape = tuple(density.shape)
-    dev = aac.device(seeds)
-    e = _Edges(xp, seeds, cells, lo, hi, grid_shape)
-    tables = xp.reshape(prefix_tables(xp, density, lo, hi), (3, -1))
-    flat_density = xp.reshape(density, (-1,))
-    dx = (hi[0] - lo[0]) / grid_shape[0]
-    sx = seeds[:, 0:1]                                             # (n, 1)
-    col_seed = xp.clip(xp.astype(xp.floor((sx - lo[0]) / dx), xp.int64), 0, grid_shape[0] - 1)
-    pieces = xp.sum(e.n_cross, axis=-1) + 1                        # per edge slot
-    last = xp.max(xp.where(e.valid, pieces, 0))
+    grid = _Grid(xp, seeds, density.shape, lo, hi, density)
+    sx = grid.sx
 
-    def body(state):
-        r, m, t0, acc, facet = state
-        tm = e.crossing(xp, m)                                     # (n, V, 2)
-        t1 = xp.min(tm, axis=-1)
-        live = e.valid & (r < pieces)
-        p = e.a + t0[..., None] * (e.b - e.a)
-        q = e.a + t1[..., None] * (e.b - e.a)
-        mid = xp.maximum((seeds - lo)[:, None, :] + 0.5 * (p + q), 0.0) * e.scale
-        pix = xp.astype(xp.floor(mid), xp.int64)
-        ix = xp.minimum(pix[..., 0], grid_shape[0] - 1)
-        iy = xp.minimum(pix[..., 1], grid_shape[1] - 1)
-        width = grid_shape[0] + 1
-        d1, d2, d3 = (xp.take(tables[i, :], xp.reshape(iy * width + ix, (-1,)))
-                      - xp.take(tables[i, :], xp.reshape(iy * width + col_seed, (-1,)))
-                      for i in range(3))
-        d1, d2, d3 = (xp.reshape(d, (n, cap)) for d in (d1, d2, d3))
-        c = xp.reshape(xp.take(flat_density, xp.reshape(ix * grid_shape[1] + iy, (-1,))), (n, cap))
-        c = xp.where(live, c, 0.0)
+    def visit(piece, acc):
+        moments, facet = acc
+        at_pixel, at_seed = (xp.reshape(i, (-1,)) for i in grid.table_index(piece))
+        d1, d2, d3 = (xp.reshape(xp.take(grid.tables[i, :], at_pixel) - xp.take(grid.tables[i, :], at_seed),
+                                 (n, cap)) for i in range(3))
+        c = xp.take(grid.flat_density, xp.reshape(piece.ix * grid.shape[1] + piece.iy, (-1,)))
+        c = xp.where(piece.live, xp.reshape(c, (n, cap)), 0.0)
         f_t0 = d1
         f_t1 = 0.5 * (d2 - 2.0 * sx * d1)
         f_t2 = (d3 - 3.0 * sx * d2 + 3.0 * sx * sx * d1) / 3.0
-        u_left = lo[0] + dx * xp.astype(ix, seeds.dtype) - sx
-        dv = xp.where(live, q[..., 1] - p[..., 1], 0.0)
-        half_dv = 0.5 * dv
+        u_left = grid.u_left(xp, piece)
+        p, q = piece.p, piece.q
+        half_dv = xp.where(piece.live, 0.5 * (q[..., 1] - p[..., 1]), 0.0)
         ul3 = u_left * u_left * u_left
         for tau in _GAUSS:
             u = p[..., 0] + tau * (q[..., 0] - p[..., 0])
@@ -138,15 +183,61 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
             f0 = (f_t0 + c * (u - u_left)) * half_dv
             f1 = (f_t1 + c * (u * u - u_left * u_left) * 0.5) * half_dv
             f2 = (f_t2 + c * (u * u * u - ul3) / 3.0) * half_dv
-            acc = (acc[0] + f0, acc[1] + f1, acc[2] + v * f0, acc[3] + f2 + v * v * f0)
+            moments = (moments[0] + f0, moments[1] + f1, moments[2] + v * f0, moments[3] + f2 + v * v * f0)
         dp = q - p
         facet = facet + c * xp.sqrt(dp[..., 0] * dp[..., 0] + dp[..., 1] * dp[..., 1])
-        step_x = tm[..., 0] <= tm[..., 1]
-        m = m + xp.astype(xp.stack([step_x, ~step_x], axis=-1), xp.int64)
-        return r + 1, m, t1, acc, facet
+        return moments, facet
 
-    zero = xp.zeros((n, cap), dtype=seeds.dtype, device=dev)
-    state = (xp.asarray(0, dtype=xp.int64, device=dev), xp.zeros((n, cap, 2), dtype=xp.int64, device=dev),
-             zero, (zero,) * 4, zero)
-    _, _, _, acc, facet = _compat.while_loop(lambda s: s[0] < last, body, state)
+    zero = xp.zeros((n, cap), dtype=seeds.dtype, device=aac.device(seeds))
+    acc, facet = _visit_pieces(xp, seeds, cells, lo, hi, grid.shape, visit, ((zero,) * 4, zero))
     return xp.stack([xp.sum(a, axis=1) for a in acc], axis=1), facet
+
+
+@_compat.jit_on_jax("density_shape")
+def potential_integrals(xp, seeds, cells, psi, lo, hi, density_shape):
+    """Per pixel ``int_pixel phi``, ``phi(x) = |x - y_i|^2 - psi_i`` on cell i, shape ``density_shape``.
+
+    The derivative of ``Q = sum_i int_{L_i} (|x - y_i|^2 - psi_i) rho`` with
+    respect to each pixel value of ``rho`` (cells fixed): the transpose of the
+    linear map ``rho -> Q`` of :func:`cell_integrals`, coefficient by coefficient
+    (pixel values directly, and through the prefix tables).
+    """
+    n, cap, _ = cells.vertices.shape
+    nx, ny = density_shape
+    dev = aac.device(seeds)
+    grid = _Grid(xp, seeds, density_shape, lo, hi)
+    sx, w0 = grid.sx, -psi[:, None]
+
+    def visit(piece, acc):
+        g_tables, g_pixels = acc
+        u_left = grid.u_left(xp, piece)
+        p, q = piece.p, piece.q
+        half_dv = xp.where(piece.live, 0.5 * (q[..., 1] - p[..., 1]), 0.0)
+        ul3 = u_left * u_left * u_left
+        a1 = 0.0
+        ac = 0.0
+        for tau in _GAUSS:
+            u = p[..., 0] + tau * (q[..., 0] - p[..., 0])
+            v = p[..., 1] + tau * (q[..., 1] - p[..., 1])
+            a1 = a1 + (w0 + v * v + sx * sx) * half_dv
+            ac = ac + ((w0 + v * v) * (u - u_left) + (u * u * u - ul3) / 3.0) * half_dv
+        a2 = -2.0 * sx * half_dv
+        a3 = (2.0 / 3.0) * half_dv
+        coef = xp.reshape(xp.stack([a1, a2, a3], axis=-1), (-1, 3))
+        at_pixel, at_seed = (xp.reshape(i, (-1,)) for i in grid.table_index(piece))
+        g_tables = g_tables + _compat.segment_sum(
+            xp, xp.concat([coef, -coef], axis=0), xp.concat([at_pixel, at_seed]), ny * (nx + 1))
+        flat = xp.reshape(piece.ix * ny + piece.iy, (-1,))
+        g_pixels = g_pixels + _compat.segment_sum(xp, xp.reshape(ac, (-1,)), flat, nx * ny)
+        return g_tables, g_pixels
+
+    acc = (xp.zeros((ny * (nx + 1), 3), dtype=seeds.dtype, device=dev),
+           xp.zeros((nx * ny,), dtype=seeds.dtype, device=dev))
+    g_tables, g_pixels = _visit_pieces(xp, seeds, cells, lo, hi, density_shape, visit, acc)
+    # A_m[j, i] = sum_{k < i} c[k, j] band_m[k]: dQ/dc[k, j] += band_m[k] sum_{i > k} dQ/dA_m[j, i]
+    xs = lo[0] + (hi[0] - lo[0]) * xp.arange(nx + 1, dtype=seeds.dtype, device=dev) / nx
+    g_tables = xp.reshape(g_tables, (ny, nx + 1, 3))
+    after = xp.flip(xp.cumulative_sum(xp.flip(g_tables, axis=1), axis=1), axis=1)[:, 1:, :]   # (ny, nx, 3)
+    bands = xp.stack([xs[1:] ** m - xs[:-1] ** m for m in (1, 2, 3)], axis=-1)                # (nx, 3)
+    through_tables = xp.permute_dims(xp.sum(after * bands[None, :, :], axis=-1), (1, 0))        # (nx, ny)
+    return xp.reshape(g_pixels, (nx, ny)) + through_tables

@@ -202,12 +202,12 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, min_step=2.0 ** -3
         d = newton_direction(xp, prob, ev, active, targets - ev.moments[:, 0])
         psi, ev, err, t = damped_step(psi, ev, d, norm0)
         if log is not None:
-            log(it + 1, err, t)
+            _compat.host_call(log, it + 1, err, t)
         return psi, ev, it + 1, err
 
     err0, _ = error(ev.moments)
     if log is not None:
-        log(0, err0, 0.0)
+        _compat.host_call(log, 0, err0, 0.0)
     it0 = xp.asarray(0, device=aac.device(psi))
     psi, ev, it, err = _compat.while_loop(cond, body, (psi, ev, it0, err0))
     sound = ev.cells.certified & ~xp.any(ev.cells.overflow)

@@ -9,19 +9,18 @@ their cell empty. Weights are reported with mean 0.
 from __future__ import annotations
 
 from . import _compat, newton
+from .gradients import GradientState
 
 
 def solve_plan(xp, prob, tol, max_iter, log=None):
-    """Solve ``prob`` and return a dict of arrays (see :class:`sdot.OtPlan`)."""
+    """Solve ``prob``; a dict of arrays (see :class:`sdot.OtPlan`), with the
+    ``solution``, the ``active`` mask and the :class:`GradientState` ``state``."""
     rep, active, targets = newton.group_duplicates(xp, prob.seeds, prob.masses)
     sol = newton.solve(xp, prob, tol, max_iter, active, targets, log=log)
-    return dict(plan_arrays(xp, prob, sol, rep, active, targets), solution=sol, active=active)
-
-
-def plan_arrays(xp, prob, sol, rep, active, targets):
-    """Distance, barycentres, cell masses and weights of every Dirac."""
-    return _plan_arrays(xp, prob, sol.evaluation.moments, sol.psi, rep, active, targets) | dict(
-        residual=sol.residual, iterations=sol.iterations, converged=sol.converged)
+    out = _plan_arrays(xp, prob, sol.evaluation.moments, sol.psi, rep, active, targets)
+    state = GradientState(sol.evaluation.cells, sol.evaluation.moments, out.pop("psi"), rep, active, targets)
+    return dict(out, residual=sol.residual, iterations=sol.iterations, converged=sol.converged,
+                solution=sol, active=active, state=state)
 
 
 @_compat.jit_on_jax()
@@ -35,17 +34,18 @@ def _plan_arrays(xp, prob, mom, psi_opt, rep, active, targets):
     share = xp.where(group_mass > 0, masses / xp.where(group_mass > 0, group_mass, 1.0), 0.0)
     cell_masses = xp.take(g, rep) * share
     barycenters = xp.take(bary, rep, axis=0)
-    psi = xp.take(psi_opt, rep)
+    count = xp.maximum(xp.sum(xp.astype(active, psi_opt.dtype)), 1.0)
+    centred = xp.where(active, psi_opt - xp.sum(xp.where(active, psi_opt, 0.0)) / count, 0.0)
     lives = xp.take(active, rep)
     span = xp.concat([seeds, prob.lo[None, :], prob.hi[None, :]], axis=0)
     diam2 = xp.sum((xp.max(span, axis=0) - xp.min(span, axis=0)) ** 2)
-    psi_min = xp.min(xp.where(active, psi_opt, xp.inf))
-    psi = xp.where(lives, psi, psi_min - diam2)
-    count = xp.maximum(xp.sum(xp.astype(lives, psi.dtype)), 1.0)
-    psi = psi - xp.sum(xp.where(lives, psi, 0.0)) / count
+    psi_min = xp.min(xp.where(active, centred, xp.inf))
+    psi = xp.where(lives, xp.take(centred, rep), psi_min - diam2)
+    n_lives = xp.maximum(xp.sum(xp.astype(lives, psi.dtype)), 1.0)
+    psi = psi - xp.sum(xp.where(lives, psi, 0.0)) / n_lives
     distance = xp.asarray(xp.sum(xp.where(active, mom[:, 3], 0.0)))
     return dict(distance=distance, barycenters=barycenters, cell_masses=cell_masses,
-                brenier_potential=psi)
+                brenier_potential=psi, psi=centred)
 
 
 def diagram(xp, seeds, psi, density, lo, hi):

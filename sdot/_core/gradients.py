@@ -1,0 +1,90 @@
+"""Analytic gradients of ``W = W2^2`` at the optimum (SPEC.md, "Gradients").
+
+With masses ``m`` and density ``rho`` of equal total mass, optimal weights
+``psi`` and ``phi(x) = min_i |x - y_i|^2 - psi_i``:
+
+- ``dW/dy_i = 2 m_i (y_i - b_i) = -2 int_{L_i} (x - y_i) rho``;
+- ``dW/dm_i = psi_i`` (Kantorovich duality, ``W = sum m_i psi_i + int phi rho``);
+  for a Dirac of zero mass, whose cell is empty, the one-sided derivative
+  ``psi^c_i = min_x |x - y_i|^2 - phi(x)`` over the domain (its cell opens there);
+- ``dW/drho = phi``, integrated over each pixel.
+
+The weights are taken with the plan's convention (mean 0 over the Diracs of
+positive mass): a constant added to ``psi`` changes the mass and density
+gradients by terms that the normalisation of both measures projects out.
+Duplicates share their group's cell in proportion to their masses.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import array_api_compat as aac
+
+from . import _compat, integrate
+
+
+class GradientState(NamedTuple):
+    """What the gradients need from a solve: the ``cells`` and cell ``moments`` at
+    the optimum, the centred weights ``psi``, and the duplicate groups (``rep``,
+    ``active``, ``targets`` of :func:`sdot._core.newton.group_duplicates`)."""
+
+    cells: object
+    moments: object
+    psi: object
+    rep: object
+    active: object
+    targets: object
+
+
+def gradients(xp, seeds, masses, density, lo, hi, state, needs=(True, True, True)):
+    """``(dW/dy (n, 2), dW/dm (n,), dW/drho (density shape))``; None where not ``needs``."""
+    gy = position_gradient(xp, masses, state) if needs[0] else None
+    gm = mass_gradient(xp, seeds, lo, hi, state) if needs[1] else None
+    grho = (integrate.potential_integrals(xp, seeds, state.cells, state.psi, lo, hi, tuple(density.shape))
+            if needs[2] else None)
+    return gy, gm, grho
+
+
+@_compat.jit_on_jax()
+def position_gradient(xp, masses, state):
+    """``dW/dy`` of shape (n, 2)."""
+    group_mass = xp.take(state.targets, state.rep)
+    share = xp.where(group_mass > 0, masses / xp.where(group_mass > 0, group_mass, 1.0), 0.0)
+    return -2.0 * share[:, None] * xp.take(state.moments[:, 1:3], state.rep, axis=0)
+
+
+def mass_gradient(xp, seeds, lo, hi, state):
+    """``dW/dm`` of shape (n,): the group's weight, or ``psi^c`` for Diracs of zero mass."""
+    empty = ~xp.take(state.active, state.rep)
+    own = xp.take(state.psi, state.rep)
+    return _compat.cond(xp.any(empty),
+                        lambda: xp.where(empty, c_transform(xp, seeds, state.cells, state.psi), own),
+                        lambda: own)
+
+
+@_compat.jit_on_jax()
+def c_transform(xp, seeds, cells, psi):
+    """``min_x |x - y_i|^2 - phi(x)`` over the box for every Dirac i, shape (n,).
+
+    ``|x - y_i|^2 - phi(x)`` is linear on each cell, so the minimum is at a
+    vertex: ``O(n x vertices)`` work, in blocks of Diracs.
+    """
+    n, cap, _ = cells.vertices.shape
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(seeds))[None, :]
+    u = cells.vertices
+    phi = xp.where(k < cells.count[:, None], xp.sum(u * u, axis=-1) - psi[:, None], -xp.inf)
+    points = xp.reshape(u + seeds[:, None, :], (n * cap, 2))
+    phi = xp.reshape(phi, (-1,))
+    block = max(1, min(n, int(2 ** 22 // max(n * cap, 1))))
+
+    def rows(start):
+        idx = xp.minimum(start + xp.arange(block, dtype=xp.int64, device=aac.device(seeds)), n - 1)
+        y = xp.take(seeds, idx, axis=0)
+        d = points[None, :, :] - y[:, None, :]
+        return idx, xp.min(xp.sum(d * d, axis=-1) - phi[None, :], axis=1)
+
+    def body(b, out):
+        idx, value = rows(b * block)
+        return _compat.set_rows(xp, out, idx, value)
+    out = xp.zeros((n,), dtype=seeds.dtype, device=aac.device(seeds))
+    return _compat.fori_loop(0, -(-n // block), body, out)
