@@ -1,13 +1,14 @@
 """Public functions: validate, convert, dispatch to ``sdot._core``; no numerics here."""
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 
 import array_api_compat as aac
 
 from . import _autodiff, _driver
-from ._core import gradients, newton, plan
+from ._core import geometry, gradients, newton, plan
 from ._grids import PolynomialGrid
 from ._measures import _Diracs, align
 from ._diagram import PowerDiagram
@@ -79,23 +80,39 @@ def _problem(source, target):
     prob = newton.Problem(source.positions, source.masses, target.density, *target.domain)
     if any(_driver.is_tracer(a) for a in prob):
         return xp, prob                     # values unknown: no mass check under tracing
-    total_m = float(xp.sum(prob.masses))
-    total_rho = float(target.integral if target.mass is None else target.mass)
+    total_m = float(_autodiff.detach(xp.sum(prob.masses)))
+    total_rho = float(_autodiff.detach(target.integral) if target.mass is None else target.mass)
     if abs(total_m - total_rho) > 1e-6 * max(abs(total_rho), 1e-300):
         raise ValueError(f"mass mismatch: the source has mass {total_m}, the target {total_rho}; "
                          "use the default mass=1 on both, or equal masses")
     return xp, prob
 
 
-def _printer(verbose):
-    if not verbose:
-        return None
-    start = time.perf_counter()
+_CLOCK = {"start": 0.0}
 
-    def log(step, residual, damping):
-        print(f"sdot newton step {int(step):3d}  residual {float(residual):.3e}  "
-              f"damping {float(damping):.4g}  time {time.perf_counter() - start:.3f}s")
-    return log
+
+def _log_step(step, residual, damping):
+    """The ``verbose`` line of one Newton step (a module-level function: a static
+    argument of the jitted JAX solve)."""
+    print(f"sdot newton step {int(step):3d}  residual {float(residual):.3e}  "
+          f"damping {float(damping):.4g}  time {time.perf_counter() - _CLOCK['start']:.3f}s")
+
+
+def _printer(verbose):
+    _CLOCK["start"] = time.perf_counter()
+    return _log_step if verbose else None
+
+
+@functools.cache
+def _jax_solve_plan():
+    """:func:`plan.solve_plan` under one ``jax.jit`` (compiled once per shape, inlined
+    in the caller's trace). JAX compiles every eager operation separately: one
+    program for the whole solve is faster, and eager and traced calls share it."""
+    import jax
+
+    def run(prob, tol, max_iter, log, capacity):
+        return plan.solve_plan(aac.array_namespace(prob.seeds), prob, tol, max_iter, log, capacity)
+    return jax.jit(run, static_argnames=("tol", "max_iter", "log", "capacity"))
 
 
 def optimal_transport_plan(source, target, tol=None, max_iter=100, verbose=False,
@@ -141,7 +158,15 @@ def optimal_transport_plan(source, target, tol=None, max_iter=100, verbose=False
 def _solve(xp, prob, tol, max_iter, log, nan_on_failure):
     """Solve on inputs cut from the autodiff graph, then attach the analytic gradients."""
     cut = newton.Problem(*(_autodiff.detach(a) for a in prob))
-    res = plan.solve_plan(xp, cut, tol, max_iter, log=log)
+    if aac.is_jax_namespace(xp):
+        capacity = geometry.CAPACITY
+        while True:   # eagerly, a vertex-capacity overflow is retried; traced, it gives nan
+            res = _jax_solve_plan()(cut, tol=tol, max_iter=max_iter, log=log, capacity=capacity)
+            if _driver.is_tracer(res["overflow"]) or not bool(res["overflow"]) or capacity >= 1024:
+                break
+            capacity *= 2
+    else:
+        res = plan.solve_plan(xp, cut, tol, max_iter, log=log)
     distance = _autodiff.attach(res["distance"], (prob.seeds, prob.masses, prob.density),
                                 (cut.lo, cut.hi, res["state"]), _gradients)
     if nan_on_failure and _driver.is_tracer(res["converged"]):

@@ -77,9 +77,10 @@ def group_duplicates(xp, seeds, masses, weights=None):
     return rep, active, xp.where(active, group_mass, 0.0)
 
 
-def evaluate(xp, prob, psi, active, candidates=None):
-    """The :class:`Evaluation` at weights ``psi`` (cells first clipped by ``candidates``)."""
-    cells = geometry.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi, candidates)
+def evaluate(xp, prob, psi, active, candidates=None, capacity=geometry.CAPACITY):
+    """The :class:`Evaluation` at weights ``psi`` (cells first clipped by ``candidates``,
+    ``capacity`` vertices per cell: see :func:`geometry.power_cells`)."""
+    cells = geometry.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi, candidates, capacity)
     moments, facet = integrate.cell_integrals(xp, prob.seeds, cells, prob.density, prob.lo, prob.hi)
     return Evaluation(cells, moments, facet)
 
@@ -131,7 +132,7 @@ def _masked_min(xp, x, mask):
     return xp.min(xp.where(mask, x, xp.inf))
 
 
-def initial_weights(xp, prob, active):
+def initial_weights(xp, prob, active, capacity=geometry.CAPACITY):
     """Weights where every active cell has positive mass (see module docstring),
     with their :class:`Evaluation`."""
     dens = prob.density
@@ -151,17 +152,19 @@ def initial_weights(xp, prob, active):
         _, _, shrink = state
         shrink = 2.0 * shrink
         psi = r2 * (1.0 - 1.0 / shrink)
-        return psi, evaluate(xp, prob, psi, active, candidates), shrink
+        return psi, evaluate(xp, prob, psi, active, candidates, capacity), shrink
 
     psi0 = xp.zeros_like(r2)
     one = xp.asarray(1.0, dtype=r2.dtype, device=aac.device(r2))
-    psi, ev, _ = _compat.while_loop(cond, body, (psi0, evaluate(xp, prob, psi0, active, candidates), one))
+    start = evaluate(xp, prob, psi0, active, candidates, capacity)
+    psi, ev, _ = _compat.while_loop(cond, body, (psi0, start, one))
     return psi, ev
 
 
-def solve(xp, prob, tol, max_iter, active, targets, log=None, min_step=2.0 ** -30):
+def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.CAPACITY,
+          min_step=2.0 ** -30):
     """Damped Newton from a start with non-empty cells. Returns a :class:`Solution`."""
-    psi, ev = initial_weights(xp, prob, active)
+    psi, ev = initial_weights(xp, prob, active, capacity)
     eps0 = 0.5 * xp.minimum(_masked_min(xp, targets, active), _masked_min(xp, ev.moments[:, 0], active))
 
     def error(mom):
@@ -172,7 +175,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, min_step=2.0 ** -3
         candidates = geometry.neighbours(xp, ev.cells, _candidate_width(xp, ev.cells))
 
         def trial(t):
-            new = evaluate(xp, prob, psi + t * d, active, candidates)
+            new = evaluate(xp, prob, psi + t * d, active, candidates, ev.cells.labels.shape[1])
             err_t, norm_t = error(new.moments)
             return new, err_t, _accept(xp, new.moments, new.cells, active, eps0, norm_t, norm0, t)
 

@@ -8,19 +8,20 @@ their cell empty. Weights are reported with mean 0.
 """
 from __future__ import annotations
 
-from . import _compat, newton
+from . import _compat, geometry, newton
 from .gradients import GradientState
 
 
-def solve_plan(xp, prob, tol, max_iter, log=None):
+def solve_plan(xp, prob, tol, max_iter, log=None, capacity=geometry.CAPACITY):
     """Solve ``prob``; a dict of arrays (see :class:`sdot.OtPlan`), with the
-    ``solution``, the ``active`` mask and the :class:`GradientState` ``state``."""
+    ``solution``, the ``active`` mask, the :class:`GradientState` ``state`` and
+    ``overflow`` (a cell needed more than ``capacity`` vertices: only under tracing)."""
     rep, active, targets = newton.group_duplicates(xp, prob.seeds, prob.masses)
-    sol = newton.solve(xp, prob, tol, max_iter, active, targets, log=log)
+    sol = newton.solve(xp, prob, tol, max_iter, active, targets, log=log, capacity=capacity)
     out = _plan_arrays(xp, prob, sol.evaluation.moments, sol.psi, rep, active, targets)
     state = GradientState(sol.evaluation.cells, sol.evaluation.moments, out.pop("psi"), rep, active, targets)
     return dict(out, residual=sol.residual, iterations=sol.iterations, converged=sol.converged,
-                solution=sol, active=active, state=state)
+                solution=sol, active=active, state=state, overflow=xp.any(sol.evaluation.cells.overflow))
 
 
 @_compat.jit_on_jax()
