@@ -1,31 +1,40 @@
 """Time full solves: ``python -m bench [--n 1000 10000] [--backends numpy torch jax] [--targets box gauss]``.
 
-Prints one row per (target, N, backend): Newton steps, final residual (max
-absolute cell-mass error), W2^2, wall time of the solve from the Voronoi
-start, and the peak resident memory of the process. Points are uniform in
-the unit square (``default_rng(2003)`` for N = 1e3 and ``2004`` for 1e4, as in
-the reference cases; ``2000 + log10 N`` otherwise). Each backend is warmed up
-once on a small problem of the same target first (JAX compiles its kernels).
+One row per (target, N, backend), each run in a fresh process (clean peak
+memory, no shared caches): Newton steps, final residual (max absolute
+cell-mass error, masses normalised to 1), W2^2, wall time of one solve from
+the Voronoi start, peak resident memory, and where the time went (nearest
+neighbours on the host, cells, integrals, linear solves; eager backends only:
+JAX runs the whole solve as one compiled program). JAX is timed after a
+warm-up solve of the same shapes (its compile time is printed apart).
+
+Points are uniform in the unit square: ``default_rng(2003)`` for N = 1e3 and
+``2004`` for 1e4 (the reference cases), ``2000 + log10 N`` otherwise. Targets:
+the uniform density ("box") and the 64x64 Gaussian image of the reference
+cases ("gauss"). If ``pysdot`` is importable, it is timed on the same points.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-import sdot
-
 HERE = Path(__file__).resolve().parent
 IMAGE = HERE.parent / "tests" / "data" / "image_gauss64.npy"
+PHASES = ("neighbours", "cells", "integrals", "linear solve")
 
 
-def points(n):
+def points(n, shift=0):
     seed = {1000: 2003, 10000: 2004}.get(n, 2000 + round(math.log10(n)))
-    return np.random.default_rng(seed).random((n, 2))
+    return np.random.default_rng(seed + shift).random((n, 2))
 
 
 def target_values(name):
@@ -44,14 +53,109 @@ def to_backend(name, a):
     return a
 
 
-def run(backend, target, n, tol):
+def _instrument(totals):
+    """Wrap the core's phases with wall-clock timers (eager backends)."""
+    from sdot._core import _compat, geometry, integrate, newton
+
+    def timed(module, name, phase, inner=()):
+        fn = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            before = {p: totals[p] for p in inner}
+            out = fn(*args, **kwargs)
+            spent = time.perf_counter() - start - sum(totals[p] - before[p] for p in inner)
+            totals[phase] += spent
+            return out
+        setattr(module, name, wrapper)
+
+    timed(_compat, "knn", "neighbours")
+    timed(_compat, "nearest", "neighbours")
+    timed(geometry, "power_cells", "cells", inner=("neighbours",))
+    timed(integrate, "cell_integrals", "integrals")
+    timed(newton, "newton_direction", "linear solve")
+
+
+def run_one(backend, target, n, tol):
+    """One row, in this process: a dict of measurements."""
+    import sdot
+
     sdot.driver.framework = backend
-    x = to_backend(backend, points(n))
+    if backend == "torch":
+        import torch
+
+        torch.set_num_threads(1)
+    totals = dict.fromkeys(PHASES, 0.0)
+    if backend != "jax":
+        _instrument(totals)
     g = sdot.Grid(to_backend(backend, target_values(target)))
+
+    def solve(x):
+        plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(to_backend(backend, x)), g, tol=tol)
+        float(plan.distance)                       # wait for the result
+        return plan
+
+    compile_time = None
+    if backend == "jax":
+        start = time.perf_counter()
+        solve(points(n, shift=1))                  # same shapes, other points: compiles
+        compile_time = time.perf_counter() - start
     start = time.perf_counter()
-    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), g, tol=tol)
+    plan = solve(points(n))
     wall = time.perf_counter() - start
-    return int(plan.iterations), float(plan.residual), float(plan.distance), wall
+    return dict(target=target, n=n, backend=backend, steps=int(plan.iterations),
+                residual=float(plan.residual), w2=float(plan.distance), time=wall,
+                rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                compile=compile_time, **({} if backend == "jax" else totals))
+
+
+def run_pysdot(target, n, tol):
+    """The same solve with pysdot (C++), if importable; None otherwise."""
+    try:
+        from pysdot import OptimalTransport
+        from pysdot.domain_types import ScaledImage
+    except ImportError:
+        return None
+    x = points(n)
+    values = target_values(target)
+    start = time.perf_counter()
+    ot = OptimalTransport(x, np.ones(n) / n, ScaledImage([0, 0], [1, 1], values.T / values.mean()))
+    ot.max_mass_error = tol
+    ot.adjust_weights()
+    wall = time.perf_counter() - start
+    return dict(target=target, n=n, backend="pysdot", steps=-1, residual=float("nan"),
+                w2=float(ot.transport_cost() if hasattr(ot, "transport_cost") else float("nan")),
+                time=wall, rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, compile=None)
+
+
+def _child(args):
+    row = run_pysdot(args.target, args.n, args.tol) if args.backend == "pysdot" else \
+        run_one(args.backend, args.target, args.n, args.tol)
+    print(json.dumps(row))
+
+
+def _spawn(backend, target, n, tol, timeout):
+    cmd = [sys.executable, "-m", "bench.solve", "--child", "--backend", backend, "--target", target,
+           "--n", str(n), "--tol", str(tol)]
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=HERE.parent, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return dict(target=target, n=n, backend=backend, error=f"timeout after {timeout} s")
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode or not lines:
+        return dict(target=target, n=n, backend=backend, error=proc.stderr.strip().splitlines()[-1:])
+    return json.loads(lines[-1])
+
+
+def _format(row, reference=None):
+    if "error" in row:
+        return f"{row['target']:6} {row['n']:8d} {row['backend']:8}  failed: {row['error']}"
+    split = " ".join(f"{row[p]:6.2f}" if row.get(p) is not None else "     -" for p in PHASES)
+    extra = f"  compile {row['compile']:.1f} s" if row.get("compile") else ""
+    ratio = f"  x{row['time'] / reference:.2f}" if reference else ""
+    return (f"{row['target']:6} {row['n']:8d} {row['backend']:8} {row['steps']:5d} {row['residual']:9.1e} "
+            f"{row['w2']:.12e} {row['time']:8.2f} {row['rss']:8.0f}   {split}{extra}{ratio}")
 
 
 def main(argv=None):
@@ -59,26 +163,27 @@ def main(argv=None):
     parser.add_argument("--n", type=int, nargs="+", default=[1000, 10000, 100000])
     parser.add_argument("--backends", nargs="+", default=["numpy", "torch", "jax"])
     parser.add_argument("--targets", nargs="+", default=["box", "gauss"])
-    parser.add_argument("--tol", type=float, default=1e-10)
+    parser.add_argument("--tol", type=float, default=1e-8,
+                        help="max absolute cell-mass error (default 1e-8, as the C++ reference runs)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per row")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--backend", help=argparse.SUPPRESS)
+    parser.add_argument("--target", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if "torch" in args.backends:
-        import torch
-
-        torch.set_num_threads(1)
-    if "jax" in args.backends:
-        import jax
-
-        jax.config.update("jax_enable_x64", True)
-    print(f"{'target':6} {'N':>8} {'backend':8} {'steps':>5} {'residual':>10} {'W2^2':>22} "
-          f"{'time (s)':>9} {'peak RSS (MB)':>13}")
+    if args.child:
+        args.n = args.n[0]
+        return _child(args)
+    print(f"{'target':6} {'N':>8} {'backend':8} {'steps':>5} {'residual':>9} {'W2^2':>18} "
+          f"{'time (s)':>8} {'RSS (MB)':>8}   {'neighb':>6} {'cells':>6} {'integr':>6} {'solve':>6}")
     for target in args.targets:
-        for backend in args.backends:
-            run(backend, target, 200, args.tol)                       # warm-up
-            for n in args.n:
-                steps, res, w, wall = run(backend, target, n, args.tol)
-                rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-                print(f"{target:6} {n:8d} {backend:8} {steps:5d} {res:10.2e} {w:22.16e} "
-                      f"{wall:9.2f} {rss:13.0f}", flush=True)
+        for n in args.n:
+            rows = [_spawn(b, target, n, args.tol, args.timeout) for b in args.backends]
+            peer = _spawn("pysdot", target, n, args.tol, args.timeout)
+            reference = peer.get("time") if "error" not in peer else None
+            for row in rows:
+                print(_format(row, reference), flush=True)
+            if reference:
+                print(_format(peer), flush=True)
 
 
 if __name__ == "__main__":

@@ -343,6 +343,8 @@ def set_rows(xp, x, idx, values):
         return x.index_copy(0, idx, values)
     if aac.is_jax_array(x):
         return x.at[idx].set(values)
+    if idx.shape[0] == 0:
+        return x
     order = xp.argsort(idx)
     sorted_idx = xp.take(idx, order)
     rows = xp.arange(x.shape[0], dtype=idx.dtype, device=aac.device(idx))

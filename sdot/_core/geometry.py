@@ -206,27 +206,30 @@ def area_excess(xp, cells, lo, hi):
 def local_cutters(xp, seeds, psi, active, cells, rows, table):
     """For each vertex of the cells ``rows``, a local seed that cuts it, or -1.
 
-    At vertex ``k`` of cell ``i`` the outgoing edge borders cell ``g`` (the
-    incoming one if the outgoing edge is a side of the box); the candidates
-    are the neighbours of ``g``: row ``g`` of ``table`` (n, W).
+    Vertex ``k`` of cell ``i`` is where the edges shared with cells ``j``
+    (incoming) and ``g`` (outgoing) meet; the candidates are the neighbours of
+    ``j`` and of ``g``: their rows of ``table`` (n, W).
     """
-    g, valid = _vertex_neighbour(xp, cells)
+    incoming, outgoing, valid = _vertex_neighbours(xp, cells)
     return _per_vertex(xp, cells, rows, valid, lambda u, row, idx: _best_cutter(
-        xp, seeds, psi, active, u, row, _compat.flat_take(table, xp.take(g, idx))))
+        xp, seeds, psi, active, u, row, xp.concat([_compat.flat_take(table, xp.take(incoming, idx)),
+                                                   _compat.flat_take(table, xp.take(outgoing, idx))], axis=1)))
 
 
 @_compat.jit_on_jax()
-def _vertex_neighbour(xp, cells):
-    """Flat ``(m V,)`` neighbour across the outgoing edge of each vertex (or the
-    incoming one on a box side), and whether it exists."""
+def _vertex_neighbours(xp, cells):
+    """Flat ``(m V,)`` neighbours across the incoming and the outgoing edge of each
+    vertex (a box side is replaced by the other one), and whether one exists."""
     lab, count = cells.labels, cells.count
     m, cap = lab.shape
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(lab))[None, :]
     cnt = xp.maximum(count, 1)[:, None]
     incoming = _gather(lab, (k - 1 + cnt) % cnt)
-    g = xp.where(lab >= 0, lab, incoming)
-    valid = (k < count[:, None]) & (g >= 0)
-    return xp.reshape(xp.where(valid, g, 0), (-1,)), xp.reshape(valid, (-1,))
+    outgoing = xp.where(lab >= 0, lab, incoming)
+    incoming = xp.where(incoming >= 0, incoming, outgoing)
+    valid = (k < count[:, None]) & (outgoing >= 0)
+    flat = [xp.reshape(xp.where(valid, g, 0), (-1,)) for g in (incoming, outgoing)]
+    return flat[0], flat[1], xp.reshape(valid, (-1,))
 
 
 def _per_vertex(xp, cells, rows, valid, find):
@@ -325,26 +328,153 @@ def max_degree(xp, cells):
 
 
 def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int = CAPACITY,
-                rounds: int = ROUNDS):
+                rounds: int = ROUNDS, previous=None):
     """Cells of every seed, exact up to rounding (see the module docstring).
 
-    ``candidates`` (n, K): seeds to clip each cell by first, valid ones (>= 0)
-    first in each row; default the nearest seeds. Eagerly an overflowing vertex
-    capacity is doubled and everything rebuilt; under tracing the flags report it.
+    ``previous``: cells of the same seeds at other weights (the last Newton
+    step): their combinatorics give the new vertices directly (:func:`update`).
+    Otherwise every cell is the box clipped by its ``candidates`` (n, K) (valid
+    ones, >= 0, first in each row; default the nearest seeds). Eagerly an
+    overflowing vertex capacity is doubled and everything rebuilt; under
+    tracing the flags report it.
     """
     n = seeds.shape[0]
-    if candidates is None:
-        candidates = first_candidates(xp, seeds)
-    rows = xp.arange(n, dtype=xp.int64, device=aac.device(seeds))
-    while True:
-        cells = box_cells(xp, seeds, lo, hi, active, capacity)
-        cells = clip_by(xp, seeds, psi, active, cells, rows, candidates)
-        cells = repair(xp, seeds, psi, active, lo, hi, cells, rounds)
-        if capacity >= 1024 or not _compat.host_any(xp, cells.overflow):
-            return cells
-        capacity *= 2
+    dev = aac.device(seeds)
+    rows = xp.arange(n, dtype=xp.int64, device=dev)
+    if previous is not None and previous.labels.shape[1] == capacity:
+        cells, dirty = update(xp, seeds, psi, active, lo, hi, previous)
+    else:
+        if candidates is None:
+            candidates = (first_candidates(xp, seeds) if previous is None
+                          else neighbours(xp, previous, min(capacity, previous.labels.shape[1])))
+        cells = clip_by(xp, seeds, psi, active, box_cells(xp, seeds, lo, hi, active, capacity), rows, candidates)
+        dirty = xp.ones((n,), dtype=xp.bool, device=dev)
+    cells = repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds)
+    if capacity >= 1024 or not _compat.host_any(xp, cells.overflow):
+        return cells
+    return power_cells(xp, seeds, psi, active, lo, hi, candidates, 2 * capacity, rounds, previous)
 
 
+# ------------------------------------------------------------------ updates
+@_compat.jit_on_jax()
+def _lines(xp, seeds, psi, lo, hi, labels):
+    """Line of the edge of every slot: ``u . normal = offset`` (relative to the seed),
+    ``normal`` outward; a neighbour's bisector or a side of the box."""
+    n, cap = labels.shape
+    j = xp.where(labels >= 0, labels, 0)
+    d = _compat.flat_take(seeds, j) - seeds[:, None, :]
+    offset = 0.5 * (xp.sum(d * d, axis=-1) + psi[:, None] - xp.reshape(xp.take(psi, xp.reshape(j, (-1,))), (n, cap)))
+    side = -1 - labels                                   # 0: y = lo, 1: x = hi, 2: y = hi, 3: x = lo
+    zero, one = xp.zeros_like(offset), xp.ones_like(offset)
+    sx = xp.where(side == 1, one, xp.where(side == 3, -one, zero))
+    sy = xp.where(side == 2, one, xp.where(side == 0, -one, zero))
+    lo_rel, hi_rel = lo[None, :] - seeds, hi[None, :] - seeds    # (n, 2)
+    side_offset = xp.where(side == 0, -lo_rel[:, 1:2], xp.where(side == 1, hi_rel[:, 0:1], xp.where(
+        side == 2, hi_rel[:, 1:2], -lo_rel[:, 0:1])))
+    is_seed = labels >= 0
+    normal = xp.stack([xp.where(is_seed, d[..., 0], sx), xp.where(is_seed, d[..., 1], sy)], axis=-1)
+    return normal, xp.where(is_seed, offset, side_offset)
+
+
+@_compat.jit_on_jax()
+def _updated(xp, seeds, psi, active, lo, hi, previous):
+    """Vertices from the combinatorics of ``previous``, and which cells stay valid.
+
+    Vertex k meets the lines of edges k - 1 and k. A cell stays valid when
+    consecutive lines turn left, every edge keeps a non-negative length along
+    its line and every vertex stays in the box: then it is the intersection of
+    the half-planes of its edges (a superset of the true cell, which is all the
+    area certificate needs). A flip (an edge vanishing here, appearing next
+    door) shows as a reversed edge in the cells that lose it; the cells that
+    gain one are among their neighbours.
+    """
+    labels, count = previous.labels, previous.count
+    n, cap = labels.shape
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(labels))[None, :]
+    cnt = xp.maximum(count, 1)[:, None]
+    valid = k < count[:, None]
+    normal, offset = _lines(xp, seeds, psi, lo, hi, labels)
+    prev = (k - 1 + cnt) % cnt
+    n_a, o_a = _gather(normal, prev), _gather(offset, prev)
+    det = n_a[..., 0] * normal[..., 1] - n_a[..., 1] * normal[..., 0]
+    safe = xp.where(det > 0, det, 1.0)
+    vx = (o_a * normal[..., 1] - offset * n_a[..., 1]) / safe
+    vy = (n_a[..., 0] * offset - normal[..., 0] * o_a) / safe
+    verts = xp.where(valid[..., None], xp.stack([vx, vy], axis=-1), previous.vertices)
+    scale = xp.max(xp.where(valid, xp.abs(vx) + xp.abs(vy), 0.0), axis=1, keepdims=True)
+    tol = 64.0 * xp.finfo(verts.dtype).eps * (scale + 1.0) * (scale + 1.0)
+    nxt = _gather(verts, (k + 1) % cnt)
+    along = (nxt[..., 0] - vx) * -normal[..., 1] + (nxt[..., 1] - vy) * normal[..., 0]
+    lo_rel, hi_rel = (lo[None, :] - seeds)[:, None, :], (hi[None, :] - seeds)[:, None, :]
+    inside = xp.all((verts >= lo_rel - tol[..., None]) & (verts <= hi_rel + tol[..., None]), axis=-1)
+    good = (det > 0) & (along >= -tol) & inside
+    ok = xp.all(good | ~valid, axis=1) & ((count >= 3) | ~active)
+    return previous._replace(vertices=verts, certified=xp.asarray(False, device=aac.device(labels))), ok
+
+
+def update(xp, seeds, psi, active, lo, hi, previous):
+    """Cells at weights ``psi`` from those of ``previous``; returns ``(cells, dirty)``.
+
+    Valid cells keep their combinatorics (:func:`_updated`); the invalid ones
+    and their neighbours are clipped again by their previous neighbours (in
+    blocks of :func:`_budget` rows), and are the first ones the repair tests.
+    """
+    n = seeds.shape[0]
+    cells, ok = _updated(xp, seeds, psi, active, lo, hi, previous)
+    suspect = _around(xp, previous, ~ok)
+    table = _table(xp, previous)
+    cap = previous.labels.shape[1]
+
+    def body(state):
+        cells, left = state
+        rows, valid = _compat.select(xp, left, _budget(xp, left))
+        box = box_cells(xp, xp.take(seeds, rows, axis=0), lo, hi, xp.take(active, rows) & valid, cap)
+        redone = clip_by(xp, seeds, psi, active, box, rows, xp.where(valid[:, None], xp.take(table, rows, axis=0), -1))
+        redone = _keep_rows(xp, valid, redone, _take_rows(xp, cells, rows))
+        return _put_rows(xp, cells, rows, redone), left & ~_mask(xp, rows, valid, n)
+
+    cells, _ = _compat.while_loop(lambda state: _any(xp, state[1]), body, (cells, suspect))
+    return cells, suspect
+
+
+@_compat.jit_on_jax()
+def _keep_rows(xp, valid, new, old):
+    """``new`` cells where ``valid``, ``old`` elsewhere."""
+    return new._replace(vertices=xp.where(valid[:, None, None], new.vertices, old.vertices),
+                        labels=xp.where(valid[:, None], new.labels, old.labels),
+                        count=xp.where(valid, new.count, old.count),
+                        overflow=xp.where(valid, new.overflow, old.overflow))
+
+
+@_compat.jit_on_jax()
+def _around(xp, cells, mask):
+    """``mask`` and the neighbours of the cells in ``mask``."""
+    n, cap = cells.labels.shape
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(mask))[None, :]
+    lab = xp.where((k < cells.count[:, None]) & (cells.labels >= 0) & mask[:, None], cells.labels, -1)
+    return mask | _hits(xp, xp.reshape(lab, (-1,)), n)
+
+
+def _hits(xp, idx, n):
+    """Boolean mask (n,) of the entries ``idx`` (-1 ignored)."""
+    ok = idx >= 0
+    return _compat.segment_sum(xp, xp.astype(ok, xp.int64), xp.where(ok, idx, 0), n) > 0
+
+
+def _mask(xp, rows, valid, n):
+    """Boolean mask (n,) of the ``rows`` where ``valid``."""
+    return _hits(xp, xp.where(valid, rows, -1), n)
+
+
+def _budget(xp, mask):
+    """Rows processed at once: all of ``mask`` eagerly; a fixed share of the cells traced."""
+    n = mask.shape[0]
+    if _compat.is_traced(mask):
+        return min(n, max(64, n // 8))
+    return _compat.capacity(xp, xp.sum(xp.astype(mask, xp.int64)), mask, n)
+
+
+# ------------------------------------------------------------------- repair
 def _table(xp, cells):
     """Neighbour table of the local test: every neighbour eagerly, a fixed width traced."""
     if _compat.is_traced(cells.labels):
@@ -352,85 +482,70 @@ def _table(xp, cells):
     return neighbours(xp, cells, max(max_degree(xp, cells), 1))
 
 
-def _cutters(xp, seeds, psi, active, cells, sub, rows):
-    """Cutters of the cells ``sub`` (those of seeds ``rows``): local ones, or, if
-    there are none, the exact ones."""
-    local = local_cutters(xp, seeds, psi, active, sub, rows, _table(xp, cells))
-    return _compat.cond(
-        _any(xp, local >= 0), lambda: local,
-        lambda: exact_cutters(xp, seeds, psi, active, sub, rows))
-
-
 @_compat.jit_on_jax()
 def _any(xp, mask):
     return xp.any(mask)
 
 
-def repair(xp, seeds, psi, active, lo, hi, cells, rounds: int = ROUNDS):
-    """Clip cells by their cutters until the area certificate holds (or no vertex
-    is cut off at all, which certifies the cells up to rounding).
+class _RepairState(NamedTuple):
+    cells: object
+    dirty: object       # (n,) cells to test next
+    mode: object        # () 0: dirty cells, 1: a sweep of every cell, 2: an exact sweep
+    rounds: object      # () rounds done
 
-    Eagerly, after the first round only the cells clipped in the previous round
-    and their cutters are searched for local cutters (all of them if that finds none).
+
+def repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds: int = ROUNDS):
+    """Clip cells by their cutters until the area certificate holds.
+
+    Each round tests dirty cells (eagerly all of them, traced a block of
+    :func:`_budget` rows) for local cutters, clips them, and marks dirty what
+    changed: those cells, their cutters and their neighbours. When no dirty
+    cell is left without the certificate holding, every cell is tested (mode
+    1), then every vertex exactly (mode 2); an exact sweep without cutters
+    certifies the cells up to rounding.
     """
     n = seeds.shape[0]
     dev = aac.device(seeds)
-    all_rows = xp.arange(n, dtype=xp.int64, device=dev)
-    if _compat.is_traced(cells.vertices, psi, seeds):
-        def cond(state):
-            cells, r = state
-            return ~cells.certified & (r < rounds)
+    done = xp.asarray(True, device=dev)
 
-        def body(state):
-            cells, r = state
-            excess, tol = area_excess(xp, cells, lo, hi)
-            cut = _compat.cond(excess > tol,
-                               lambda: _cutters(xp, seeds, psi, active, cells, cells, all_rows),
-                               lambda: -xp.ones(cells.labels.shape, dtype=xp.int64, device=dev))
-            done = (excess <= tol) | ~_any(xp, cut >= 0)
-            new = clip_by(xp, seeds, psi, active, cells, all_rows, _first_columns(xp, cut, 4))
-            new = _compat.tree_where(xp, done, cells, new)
-            return new._replace(certified=done), r + 1
-        r0 = xp.asarray(0, dtype=xp.int64, device=dev)
-        return _compat.while_loop(cond, body, (cells, r0))[0]
-    dirty = None                                   # None: every cell
-    for _ in range(rounds):
-        excess, tol = area_excess(xp, cells, lo, hi)
-        if not _compat.host_any(xp, excess > tol):
-            break
-        cut = None if dirty is None else _cutters_of(xp, seeds, psi, active, cells, dirty)
-        if cut is None:
-            cut = _cutters(xp, seeds, psi, active, cells, cells, all_rows)
-        has = xp.any(cut >= 0, axis=1)
-        if not _compat.host_any(xp, has):
-            break
-        size = _compat.capacity(xp, xp.sum(xp.astype(has, xp.int64)), has, n)
-        rows, cut = _pick_rows(xp, all_rows, cut, has, size)
-        width = _compat.to_int(xp.max(xp.sum(xp.astype(cut >= 0, xp.int64), axis=1)))
-        sub = clip_by(xp, seeds, psi, active, _take_rows(xp, cells, rows), rows,
-                      _first_columns(xp, cut, width))
-        cells = _put_rows(xp, cells, rows, sub)
-        k = xp.arange(sub.labels.shape[1], dtype=xp.int64, device=dev)[None, :]
-        around = xp.where(k < sub.count[:, None], sub.labels, -1)       # their neighbours' tables changed
-        touched = xp.concat([rows, xp.reshape(cut, (-1,)), xp.reshape(around, (-1,))])
-        hit = xp.astype(touched >= 0, xp.int64)
-        dirty = _compat.segment_sum(xp, hit, xp.where(touched >= 0, touched, 0), n) > 0
-    else:
-        return cells
-    return cells._replace(certified=xp.asarray(True, device=dev))
+    def cond(state):
+        return ~state.cells.certified & (state.rounds < rounds)
+
+    def work(state):
+        cells, dirty, mode, _ = state
+        rows, valid = _compat.select(xp, dirty, _budget(xp, dirty))
+        sub = _take_rows(xp, cells, rows)
+        cut = _compat.cond(mode == 2, lambda: exact_cutters(xp, seeds, psi, active, sub, rows),
+                           lambda: local_cutters(xp, seeds, psi, active, sub, rows, _table(xp, cells)))
+        cut = xp.where(valid[:, None], cut, -1)
+        left = dirty & ~_mask(xp, rows, valid, n)
+        found = _any(xp, cut >= 0)
+        cells = _compat.cond(found, lambda: _clip_rows(xp, seeds, psi, active, cells, rows, cut), lambda: cells)
+        touched = _around(xp, cells, _mask(xp, rows, xp.any(cut >= 0, axis=1), n)) | _hits(
+            xp, xp.reshape(cut, (-1,)), n)
+        exhausted = ~found & ~_any(xp, left)             # this mode found nothing anywhere
+        dirty = xp.where(exhausted, xp.ones_like(dirty), left | touched)
+        mode = xp.where(found, 0, xp.where(exhausted, mode + 1, mode))
+        return cells._replace(certified=exhausted & (mode > 2)), dirty, mode
+
+    def body(state):
+        excess, tol = area_excess(xp, state.cells, lo, hi)
+        cells, dirty, mode = _compat.cond(
+            excess > tol, lambda: work(state),
+            lambda: (state.cells._replace(certified=done), state.dirty, state.mode))
+        return _RepairState(cells, dirty, mode, state.rounds + 1)
+
+    zero = xp.asarray(0, dtype=xp.int64, device=dev)
+    state = _RepairState(cells._replace(certified=~done), dirty, zero, zero)
+    return _compat.while_loop(cond, body, state).cells
 
 
-def _cutters_of(xp, seeds, psi, active, cells, mask):
-    """Local cutters ``(n, V)`` of the cells in ``mask`` only, or None if they have none."""
-    n = seeds.shape[0]
-    size = _compat.capacity(xp, xp.sum(xp.astype(mask, xp.int64)), mask, n)
-    rows, valid = _compat.select(xp, mask, size)
-    local = local_cutters(xp, seeds, psi, active, _take_rows(xp, cells, rows), rows, _table(xp, cells))
-    local = xp.where(valid[:, None], local, -1)
-    if not _compat.host_any(xp, local >= 0):
-        return None
-    full = -xp.ones(cells.labels.shape, dtype=xp.int64, device=aac.device(rows))
-    return _compat.set_rows(xp, full, rows, local)
+def _clip_rows(xp, seeds, psi, active, cells, rows, cut):
+    """``cells`` with the cells ``rows`` clipped by their cutters ``cut`` (m, V)."""
+    width = 4 if _compat.is_traced(cut) else max(
+        _compat.to_int(xp.max(xp.sum(xp.astype(cut >= 0, xp.int64), axis=1))), 1)
+    sub = clip_by(xp, seeds, psi, active, _take_rows(xp, cells, rows), rows, _first_columns(xp, cut, width))
+    return _put_rows(xp, cells, rows, sub)
 
 
 @_compat.jit_on_jax("width")

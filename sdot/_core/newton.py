@@ -77,10 +77,11 @@ def group_duplicates(xp, seeds, masses, weights=None):
     return rep, active, xp.where(active, group_mass, 0.0)
 
 
-def evaluate(xp, prob, psi, active, candidates=None, capacity=geometry.CAPACITY):
-    """The :class:`Evaluation` at weights ``psi`` (cells first clipped by ``candidates``,
-    ``capacity`` vertices per cell: see :func:`geometry.power_cells`)."""
-    cells = geometry.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi, candidates, capacity)
+def evaluate(xp, prob, psi, active, candidates=None, capacity=geometry.CAPACITY, previous=None):
+    """The :class:`Evaluation` at weights ``psi``: see :func:`geometry.power_cells` for
+    ``candidates``, ``capacity`` and ``previous`` (cells at other weights)."""
+    cells = geometry.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi, candidates, capacity,
+                                 previous=previous)
     moments, facet = integrate.cell_integrals(xp, prob.seeds, cells, prob.density, prob.lo, prob.hi)
     return Evaluation(cells, moments, facet)
 
@@ -154,11 +155,22 @@ def initial_weights(xp, prob, active, capacity=geometry.CAPACITY):
         psi = r2 * (1.0 - 1.0 / shrink)
         return psi, evaluate(xp, prob, psi, active, candidates, capacity), shrink
 
-    psi0 = xp.zeros_like(r2)
-    one = xp.asarray(1.0, dtype=r2.dtype, device=aac.device(r2))
-    start = evaluate(xp, prob, psi0, active, candidates, capacity)
-    psi, ev, _ = _compat.while_loop(cond, body, (psi0, start, one))
+    # the first round (shrink 1: psi = 0) evaluates the Voronoi diagram; before
+    # it, an Evaluation of the right shapes with no mass (one copy of evaluate)
+    placeholder = _placeholder(xp, prob, capacity)
+    half = xp.asarray(0.5, dtype=r2.dtype, device=aac.device(r2))
+    psi, ev, _ = _compat.while_loop(cond, body, (xp.zeros_like(r2), placeholder, half))
     return psi, ev
+
+
+def _placeholder(xp, prob, capacity):
+    """An :class:`Evaluation` of the right shapes and dtypes, every cell empty."""
+    n = prob.seeds.shape[0]
+    dev = aac.device(prob.seeds)
+    none = xp.zeros((n,), dtype=xp.bool, device=dev)
+    cells = geometry.box_cells(xp, prob.seeds, prob.lo, prob.hi, none, capacity)
+    zeros = xp.zeros((n, capacity), dtype=prob.seeds.dtype, device=dev)
+    return Evaluation(cells, xp.zeros((n, 4), dtype=prob.seeds.dtype, device=dev), zeros)
 
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.CAPACITY,
@@ -172,10 +184,9 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
 
     def damped_step(psi, ev, d, norm0):
         """Halve ``t`` from 1 until the step is accepted (or ``t < min_step``)."""
-        candidates = geometry.neighbours(xp, ev.cells, _candidate_width(xp, ev.cells))
-
         def trial(t):
-            new = evaluate(xp, prob, psi + t * d, active, candidates, ev.cells.labels.shape[1])
+            new = evaluate(xp, prob, psi + t * d, active, capacity=ev.cells.labels.shape[1],
+                           previous=ev.cells)
             err_t, norm_t = error(new.moments)
             return new, err_t, _accept(xp, new.moments, new.cells, active, eps0, norm_t, norm0, t)
 
@@ -215,13 +226,6 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
     psi, ev, it, err = _compat.while_loop(cond, body, (psi, ev, it0, err0))
     sound = ev.cells.certified & ~xp.any(ev.cells.overflow)
     return Solution(psi, ev, err, it, (err <= tol) & sound)
-
-
-def _candidate_width(xp, cells):
-    """Columns of the candidates table: the largest degree eagerly, a fixed hint traced."""
-    if _compat.is_traced(cells.vertices):
-        return min(geometry.FIRST_CANDIDATES, cells.labels.shape[1])
-    return max(geometry.max_degree(xp, cells), 1)
 
 
 @_compat.jit_on_jax()
