@@ -20,6 +20,10 @@ if _unknown:
     raise pytest.UsageError(f"SDOT_TEST_BACKENDS: unknown backends {sorted(_unknown)}, "
                             f"choose among {ALL_BACKENDS}")
 
+# XLA compiles the whole solver once per input shape (about 6 s at the default optimisation
+# level, 4 s at level 0); the tests use many shapes and time nothing, so they compile cheaply.
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+
 try:
     import torch
 
