@@ -250,18 +250,22 @@ def _per_vertex(xp, cells, rows, valid, find):
 @_compat.jit_on_jax()
 def _best_cutter(xp, seeds, psi, active, u, row, cand):
     """Per vertex ``u`` (P, 2) of the cell of seed ``row`` (P,), the candidate of
-    ``cand`` (P, C) (-1: none) of least power if it is below the cell's own, else -1."""
-    ok = cand >= 0
-    cand = xp.where(ok, cand, 0)
-    d = _compat.flat_take(seeds, cand) - xp.take(seeds, row, axis=0)[:, None, :]   # (P, C, 2)
-    own_psi = xp.take(psi, row)[:, None]
-    other_psi = xp.reshape(xp.take(psi, xp.reshape(cand, (-1,))), tuple(cand.shape))
-    dd = d[..., 0] * d[..., 0] + d[..., 1] * d[..., 1]
-    s = u[:, None, 0] * d[..., 0] + u[:, None, 1] * d[..., 1] - 0.5 * (dd + own_psi - other_psi)
-    norm_u = xp.sqrt(u[:, 0] * u[:, 0] + u[:, 1] * u[:, 1])[:, None]
-    tol = 64.0 * xp.finfo(u.dtype).eps * (norm_u * xp.sqrt(dd) + dd + xp.abs(own_psi - other_psi))
-    act = xp.reshape(xp.take(active, xp.reshape(cand, (-1,))), tuple(cand.shape))
-    s = xp.where(ok & act & (cand != row[:, None]), s - tol, 0.0)
+    ``cand`` (P, C) (-1: none) of least power if it is below the cell's own, else -1.
+
+    With ``v = y_row + u`` and the planes ``f_j(v) = v . y_j + (psi_j - |y_j|^2) / 2``,
+    ``power_row(v) - power_j(v) = 2 (f_j(v) - f_row(v))``: one gather of
+    ``(y_j, h_j)`` per candidate.
+    """
+    h = xp.where(active, 0.5 * (psi - xp.sum(seeds * seeds, axis=1)), -xp.inf)
+    planes = xp.concat([seeds, h[:, None]], axis=1)                     # (n, 3)
+    ok = (cand >= 0) & (cand != row[:, None])
+    c = _compat.flat_take(planes, xp.where(ok, cand, 0))               # (P, C, 3)
+    own = xp.take(planes, row, axis=0)
+    v = u + own[:, :2]
+    f_own = v[:, 0] * own[:, 0] + v[:, 1] * own[:, 1] + own[:, 2]
+    s = v[:, None, 0] * c[..., 0] + v[:, None, 1] * c[..., 1] + c[..., 2] - f_own[:, None]
+    scale = xp.max(xp.abs(planes[:, :2])) * (xp.abs(v[:, 0]) + xp.abs(v[:, 1])) + xp.abs(f_own)
+    s = xp.where(ok, s, -xp.inf) - (64.0 * xp.finfo(u.dtype).eps * scale)[:, None]
     best = xp.argmax(s, axis=1)
     found = xp.max(s, axis=1) > 0
     return xp.where(found, xp.take_along_axis(cand, best[:, None], axis=1)[:, 0], -1)
