@@ -54,27 +54,38 @@ def _clamp(xp, x, low, high):
 
 
 class _Edges:
-    """Every edge slot ``(n, V)`` of the cells, in grid coordinates."""
+    """The edges of the cells as a flat list (P,): eagerly the valid edge slots only,
+    traced every slot ``(n V)`` (``valid`` marks the real ones); ``slot`` is the
+    flat index ``i V + k`` of each, ``cell`` its cell; endpoints relative to the
+    seed and in grid coordinates."""
 
     def __init__(self, xp, seeds, cells, lo, hi, grid_shape):
         verts, count = cells.vertices, cells.count
         n, cap, _ = verts.shape
         dev = aac.device(verts)
         k = xp.arange(cap, dtype=xp.int64, device=dev)[None, :]
-        cnt = xp.maximum(count, 1)[:, None]
-        nxt = (k + 1) % cnt
-        self.a = verts
-        self.b = xp.stack([xp.take_along_axis(verts[..., c], nxt, axis=1) for c in range(2)], axis=-1)
-        self.valid = k < count[:, None]
+        valid = xp.reshape(k < count[:, None], (-1,))
+        if _compat.is_traced(verts, count):
+            slot = xp.arange(n * cap, dtype=xp.int64, device=dev)
+        else:
+            slot, valid = _compat.select(xp, valid, _compat.capacity(
+                xp, xp.sum(xp.astype(valid, xp.int64)), valid, n * cap))
+        self.n, self.cap, self.slot, self.valid = n, cap, slot, valid
+        self.cell = slot // cap
+        k = slot % cap
+        nxt = self.cell * cap + (k + 1) % xp.maximum(xp.take(count, self.cell), 1)
+        flat = xp.reshape(verts, (n * cap, 2))
+        self.a = xp.take(flat, slot, axis=0)
+        self.b = xp.take(flat, nxt, axis=0)
         shape = xp.asarray(grid_shape, dtype=verts.dtype, device=dev)
         self.scale = shape / (hi - lo)
-        origin = (seeds - lo)[:, None, :]
-        self.ga = _clamp(xp, (origin + self.a) * self.scale, 0.0, shape)
-        self.gb = _clamp(xp, (origin + self.b) * self.scale, 0.0, shape)
+        self.origin = xp.take(seeds - lo, self.cell, axis=0)
+        self.ga = _clamp(xp, (self.origin + self.a) * self.scale, 0.0, shape)
+        self.gb = _clamp(xp, (self.origin + self.b) * self.scale, 0.0, shape)
         top = shape - 1.0                     # a point on the upper side is in the last pixel
         fa, fb = xp.minimum(xp.floor(self.ga), top), xp.minimum(xp.floor(self.gb), top)
-        cross = xp.where(self.valid[..., None], xp.abs(fb - fa), 0.0)
-        self.n_cross = xp.astype(cross, xp.int64)                  # (n, V, 2)
+        cross = xp.where(valid[:, None], xp.abs(fb - fa), 0.0)
+        self.n_cross = xp.astype(cross, xp.int64)                  # (P, 2)
         # the m-th crossed line along each axis: fa + 1 + m going up, fa - m going down
         self.up = self.gb > self.ga
         self.first_line = xp.where(self.up, fa + 1.0, fa)
@@ -88,9 +99,19 @@ class _Edges:
         t = _clamp(xp, (line - self.ga) / self.den, 0.0, 1.0)
         return xp.where(m < self.n_cross, t, 1.0)
 
+    def per_cell(self, xp, values):
+        """Sum of per-edge ``values`` (P,) over each cell, (n,)."""
+        return _compat.segment_sum(xp, xp.where(self.valid, values, 0.0), self.cell, self.n)
+
+    def per_slot(self, xp, values):
+        """Per-edge ``values`` (P,) as ``(n, V)``, zero on empty slots."""
+        full = xp.zeros((self.n * self.cap,), dtype=values.dtype, device=aac.device(values))
+        return xp.reshape(_compat.set_rows(xp, full, self.slot, xp.where(self.valid, values, 0.0)),
+                          (self.n, self.cap))
+
 
 class Piece(NamedTuple):
-    """Piece r of every edge slot (n, V): endpoints ``p``, ``q`` relative to the
+    """Piece r of every edge (P,): endpoints ``p``, ``q`` (P, 2) relative to the
     seed, pixel ``ix``, ``iy``, ``live`` where the edge has a piece r."""
 
     p: object
@@ -100,41 +121,40 @@ class Piece(NamedTuple):
     live: object
 
 
-def _visit_pieces(xp, seeds, cells, lo, hi, grid_shape, visit, acc):
+def _visit_pieces(xp, e, grid_shape, visit, acc):
     """``acc = visit(piece, acc)`` for every piece rank r (see the module docstring)."""
-    dev = aac.device(seeds)
-    n, cap, _ = cells.vertices.shape
-    e = _Edges(xp, seeds, cells, lo, hi, grid_shape)
-    pieces = xp.sum(e.n_cross, axis=-1) + 1                        # per edge slot
+    dev = aac.device(e.a)
+    pieces = xp.sum(e.n_cross, axis=-1) + 1                        # per edge
     last = xp.max(xp.where(e.valid, pieces, 0))
 
     def body(state):
         r, m, t0, acc = state
-        tm = e.crossing(xp, m)                                     # (n, V, 2)
+        tm = e.crossing(xp, m)                                     # (P, 2)
         t1 = xp.min(tm, axis=-1)
-        p = e.a + t0[..., None] * (e.b - e.a)
-        q = e.a + t1[..., None] * (e.b - e.a)
-        mid = xp.maximum((seeds - lo)[:, None, :] + 0.5 * (p + q), 0.0) * e.scale
+        p = e.a + t0[:, None] * (e.b - e.a)
+        q = e.a + t1[:, None] * (e.b - e.a)
+        mid = xp.maximum(e.origin + 0.5 * (p + q), 0.0) * e.scale
         pix = xp.astype(xp.floor(mid), xp.int64)
-        ix = xp.minimum(pix[..., 0], grid_shape[0] - 1)
-        iy = xp.minimum(pix[..., 1], grid_shape[1] - 1)
+        ix = xp.minimum(pix[:, 0], grid_shape[0] - 1)
+        iy = xp.minimum(pix[:, 1], grid_shape[1] - 1)
         acc = visit(Piece(p, q, ix, iy, e.valid & (r < pieces)), acc)
-        step_x = tm[..., 0] <= tm[..., 1]
+        step_x = tm[:, 0] <= tm[:, 1]
         m = m + xp.astype(xp.stack([step_x, ~step_x], axis=-1), xp.int64)
         return r + 1, m, t1, acc
 
-    state = (xp.asarray(0, dtype=xp.int64, device=dev), xp.zeros((n, cap, 2), dtype=xp.int64, device=dev),
-             xp.zeros((n, cap), dtype=seeds.dtype, device=dev), acc)
+    P = e.a.shape[0]
+    state = (xp.asarray(0, dtype=xp.int64, device=dev), xp.zeros((P, 2), dtype=xp.int64, device=dev),
+             xp.zeros((P,), dtype=e.a.dtype, device=dev), acc)
     return _compat.while_loop(lambda s: s[0] < last, body, state)[3]
 
 
 class _Grid:
     """What every piece needs from the grid: prefix tables, the seed's column."""
 
-    def __init__(self, xp, seeds, density_shape, lo, hi, density=None):
+    def __init__(self, xp, seeds, e, density_shape, lo, hi, density=None):
         self.shape = tuple(density_shape)
         self.dx = (hi[0] - lo[0]) / self.shape[0]
-        self.sx = seeds[:, 0:1]                                     # (n, 1)
+        self.sx = xp.take(seeds[:, 0], e.cell)                      # (P,)
         column = xp.astype(xp.floor((self.sx - lo[0]) / self.dx), xp.int64)
         self.col_seed = xp.minimum(xp.maximum(column, 0), self.shape[0] - 1)
         self.lo = lo
@@ -159,38 +179,38 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
 
     ``M_x = int (x - y_i) rho``, ``M_2 = int |x - y_i|^2 rho`` over the cell.
     """
-    n, cap, _ = cells.vertices.shape
-    grid = _Grid(xp, seeds, density.shape, lo, hi, density)
+    e = _Edges(xp, seeds, cells, lo, hi, density.shape)
+    grid = _Grid(xp, seeds, e, density.shape, lo, hi, density)
     sx = grid.sx
 
     def visit(piece, acc):
         moments, facet = acc
-        at_pixel, at_seed = (xp.reshape(i, (-1,)) for i in grid.table_index(piece))
-        d1, d2, d3 = (xp.reshape(xp.take(grid.tables[i, :], at_pixel) - xp.take(grid.tables[i, :], at_seed),
-                                 (n, cap)) for i in range(3))
-        c = xp.take(grid.flat_density, xp.reshape(piece.ix * grid.shape[1] + piece.iy, (-1,)))
-        c = xp.where(piece.live, xp.reshape(c, (n, cap)), 0.0)
+        at_pixel, at_seed = grid.table_index(piece)
+        d1, d2, d3 = (xp.take(grid.tables[i, :], at_pixel) - xp.take(grid.tables[i, :], at_seed)
+                      for i in range(3))
+        c = xp.take(grid.flat_density, piece.ix * grid.shape[1] + piece.iy)
+        c = xp.where(piece.live, c, 0.0)
         f_t0 = d1
         f_t1 = 0.5 * (d2 - 2.0 * sx * d1)
         f_t2 = (d3 - 3.0 * sx * d2 + 3.0 * sx * sx * d1) / 3.0
         u_left = grid.u_left(xp, piece)
         p, q = piece.p, piece.q
-        half_dv = xp.where(piece.live, 0.5 * (q[..., 1] - p[..., 1]), 0.0)
+        half_dv = xp.where(piece.live, 0.5 * (q[:, 1] - p[:, 1]), 0.0)
         ul3 = u_left * u_left * u_left
         for tau in _GAUSS:
-            u = p[..., 0] + tau * (q[..., 0] - p[..., 0])
-            v = p[..., 1] + tau * (q[..., 1] - p[..., 1])
+            u = p[:, 0] + tau * (q[:, 0] - p[:, 0])
+            v = p[:, 1] + tau * (q[:, 1] - p[:, 1])
             f0 = (f_t0 + c * (u - u_left)) * half_dv
             f1 = (f_t1 + c * (u * u - u_left * u_left) * 0.5) * half_dv
             f2 = (f_t2 + c * (u * u * u - ul3) / 3.0) * half_dv
             moments = (moments[0] + f0, moments[1] + f1, moments[2] + v * f0, moments[3] + f2 + v * v * f0)
         dp = q - p
-        facet = facet + c * xp.sqrt(dp[..., 0] * dp[..., 0] + dp[..., 1] * dp[..., 1])
+        facet = facet + c * xp.sqrt(dp[:, 0] * dp[:, 0] + dp[:, 1] * dp[:, 1])
         return moments, facet
 
-    zero = xp.zeros((n, cap), dtype=seeds.dtype, device=aac.device(seeds))
-    acc, facet = _visit_pieces(xp, seeds, cells, lo, hi, grid.shape, visit, ((zero,) * 4, zero))
-    return xp.stack([xp.sum(a, axis=1) for a in acc], axis=1), facet
+    zero = xp.zeros(e.slot.shape, dtype=seeds.dtype, device=aac.device(seeds))
+    acc, facet = _visit_pieces(xp, e, grid.shape, visit, ((zero,) * 4, zero))
+    return xp.stack([e.per_cell(xp, a) for a in acc], axis=1), e.per_slot(xp, facet)
 
 
 @_compat.jit_on_jax("density_shape")
@@ -202,38 +222,37 @@ def potential_integrals(xp, seeds, cells, psi, lo, hi, density_shape):
     linear map ``rho -> Q`` of :func:`cell_integrals`, coefficient by coefficient
     (pixel values directly, and through the prefix tables).
     """
-    n, cap, _ = cells.vertices.shape
     nx, ny = density_shape
     dev = aac.device(seeds)
-    grid = _Grid(xp, seeds, density_shape, lo, hi)
-    sx, w0 = grid.sx, -psi[:, None]
+    e = _Edges(xp, seeds, cells, lo, hi, density_shape)
+    grid = _Grid(xp, seeds, e, density_shape, lo, hi)
+    sx, w0 = grid.sx, -xp.take(psi, e.cell)
 
     def visit(piece, acc):
         g_tables, g_pixels = acc
         u_left = grid.u_left(xp, piece)
         p, q = piece.p, piece.q
-        half_dv = xp.where(piece.live, 0.5 * (q[..., 1] - p[..., 1]), 0.0)
+        half_dv = xp.where(piece.live, 0.5 * (q[:, 1] - p[:, 1]), 0.0)
         ul3 = u_left * u_left * u_left
         a1 = 0.0
         ac = 0.0
         for tau in _GAUSS:
-            u = p[..., 0] + tau * (q[..., 0] - p[..., 0])
-            v = p[..., 1] + tau * (q[..., 1] - p[..., 1])
+            u = p[:, 0] + tau * (q[:, 0] - p[:, 0])
+            v = p[:, 1] + tau * (q[:, 1] - p[:, 1])
             a1 = a1 + (w0 + v * v + sx * sx) * half_dv
             ac = ac + ((w0 + v * v) * (u - u_left) + (u * u * u - ul3) / 3.0) * half_dv
         a2 = -2.0 * sx * half_dv
         a3 = (2.0 / 3.0) * half_dv
-        coef = xp.reshape(xp.stack([a1, a2, a3], axis=-1), (-1, 3))
-        at_pixel, at_seed = (xp.reshape(i, (-1,)) for i in grid.table_index(piece))
+        coef = xp.stack([a1, a2, a3], axis=-1)
+        at_pixel, at_seed = grid.table_index(piece)
         g_tables = g_tables + _compat.segment_sum(
             xp, xp.concat([coef, -coef], axis=0), xp.concat([at_pixel, at_seed]), ny * (nx + 1))
-        flat = xp.reshape(piece.ix * ny + piece.iy, (-1,))
-        g_pixels = g_pixels + _compat.segment_sum(xp, xp.reshape(ac, (-1,)), flat, nx * ny)
+        g_pixels = g_pixels + _compat.segment_sum(xp, ac, piece.ix * ny + piece.iy, nx * ny)
         return g_tables, g_pixels
 
     acc = (xp.zeros((ny * (nx + 1), 3), dtype=seeds.dtype, device=dev),
            xp.zeros((nx * ny,), dtype=seeds.dtype, device=dev))
-    g_tables, g_pixels = _visit_pieces(xp, seeds, cells, lo, hi, density_shape, visit, acc)
+    g_tables, g_pixels = _visit_pieces(xp, e, density_shape, visit, acc)
     # A_m[j, i] = sum_{k < i} c[k, j] band_m[k]: dQ/dc[k, j] += band_m[k] sum_{i > k} dQ/dA_m[j, i]
     xs = lo[0] + (hi[0] - lo[0]) * xp.arange(nx + 1, dtype=seeds.dtype, device=dev) / nx
     g_tables = xp.reshape(g_tables, (ny, nx + 1, 3))
