@@ -235,5 +235,5 @@ def test_quantization_loss_module():
         value = loss()
         value.backward()
         opt.step()
-        values.append(float(value))
+        values.append(float(value.detach()))
     assert values[2] < values[1] < values[0]

@@ -40,6 +40,10 @@ from . import _compat
 FIRST_CANDIDATES = 12
 #: Vertex capacity per cell (doubled eagerly on overflow).
 CAPACITY = 16
+#: Neighbours per cell in the table of the local test (a hint: enough for most cells).
+TABLE_WIDTH = 10
+#: Seeds a cell may gain by edge flips in one update (more are left to the repair).
+FLIP_WIDTH = 4
 #: Maximum number of repair rounds.
 ROUNDS = 32
 
@@ -413,32 +417,75 @@ def _updated(xp, seeds, psi, active, lo, hi, previous):
     inside = xp.all((verts >= lo_rel - tol[..., None]) & (verts <= hi_rel + tol[..., None]), axis=-1)
     good = (det > 0) & (along >= -tol) & inside
     ok = xp.all(good | ~valid, axis=1) & ((count >= 3) | ~active)
-    return previous._replace(vertices=verts, certified=xp.asarray(False, device=aac.device(labels))), ok
+    flipped = valid & (labels >= 0) & (along < -tol)
+    return previous._replace(vertices=verts, certified=xp.asarray(False, device=aac.device(labels))), ok, flipped
+
+
+@_compat.jit_on_jax("width")
+def flip_partners(xp, labels, count, flipped, width: int):
+    """Seeds each cell gains by edge flips, ``(n, width)`` (-1 padding, duplicates dropped).
+
+    When edge ``k`` of a cell (its neighbour ``j``) vanishes, its ends lie on
+    the edges of ``p`` (slot ``k - 1``) and ``q`` (slot ``k + 1``): the flip
+    of the dual edge ``ij`` creates the edge ``pq``, so ``p`` gains ``q`` and
+    ``q`` gains ``p``.
+    """
+    n, cap = labels.shape
+    dev = aac.device(labels)
+    k = xp.arange(cap, dtype=xp.int64, device=dev)[None, :]
+    cnt = xp.maximum(count, 1)[:, None]
+    p, q = _gather(labels, (k - 1 + cnt) % cnt), _gather(labels, (k + 1) % cnt)
+    ok = flipped & (p >= 0) & (q >= 0) & (p != q)
+    ok = xp.reshape(xp.concat([ok, ok], axis=1), (-1,))
+    gainer = xp.where(ok, xp.reshape(xp.concat([p, q], axis=1), (-1,)), n)    # n: no pair
+    gained = xp.where(ok, xp.reshape(xp.concat([q, p], axis=1), (-1,)), 0)
+    key = gainer * (n + 1) + gained
+    order = xp.argsort(key, stable=True)
+    key, gainer, gained = xp.take(key, order), xp.take(gainer, order), xp.take(gained, order)
+    m = key.shape[0]
+    pos = xp.arange(m, dtype=xp.int64, device=dev)
+    first = xp.concat([xp.ones((1,), dtype=xp.bool, device=dev), key[1:] != key[:-1]])
+    # rank of each distinct pair among its gainer's pairs
+    start = xp.searchsorted(gainer, gainer)
+    distinct_before = xp.cumulative_sum(xp.astype(first, xp.int64))
+    rank = distinct_before - xp.take(distinct_before, start)
+    keep = first & (gainer < n) & (rank < width)
+    slot = xp.where(keep, gainer * width + rank, n * width + pos)
+    out = -xp.ones((n * width + m,), dtype=xp.int64, device=dev)
+    out = _compat.set_rows(xp, out, slot, xp.where(keep, gained, -1))
+    return xp.reshape(out[:n * width], (n, width))
 
 
 def update(xp, seeds, psi, active, lo, hi, previous):
     """Cells at weights ``psi`` from those of ``previous``; returns ``(cells, dirty)``.
 
     Valid cells keep their combinatorics (:func:`_updated`); the invalid ones
-    and their neighbours are clipped again by their previous neighbours (in
-    blocks of :func:`_budget` rows), and are the first ones the repair tests.
+    are clipped again by their previous neighbours (in blocks of
+    :func:`_budget` rows). They and their neighbours (which may gain an edge
+    from a flip) are the first cells the repair tests.
     """
     n = seeds.shape[0]
-    cells, ok = _updated(xp, seeds, psi, active, lo, hi, previous)
-    suspect = _around(xp, previous, ~ok)
+    cells, ok, flipped = _updated(xp, seeds, psi, active, lo, hi, previous)
     table = _table(xp, previous)
     cap = previous.labels.shape[1]
 
-    def body(state):
-        cells, left = state
-        rows, valid = _compat.select(xp, left, _budget(xp, left))
-        box = box_cells(xp, xp.take(seeds, rows, axis=0), lo, hi, xp.take(active, rows) & valid, cap)
-        redone = clip_by(xp, seeds, psi, active, box, rows, xp.where(valid[:, None], xp.take(table, rows, axis=0), -1))
-        redone = _keep_rows(xp, valid, redone, _take_rows(xp, cells, rows))
-        return _put_rows(xp, cells, rows, redone), left & ~_mask(xp, rows, valid, n)
+    def reclip(cells, mask, table, from_box):
+        def body(state):
+            cells, left = state
+            rows, valid = _compat.select(xp, left, _budget(xp, left))
+            start = _take_rows(xp, cells, rows)
+            if from_box:
+                start = box_cells(xp, xp.take(seeds, rows, axis=0), lo, hi, xp.take(active, rows) & valid, cap)
+            redone = clip_by(xp, seeds, psi, active, start, rows,
+                             xp.where(valid[:, None], xp.take(table, rows, axis=0), -1))
+            redone = _keep_rows(xp, valid, redone, _take_rows(xp, cells, rows))
+            return _put_rows(xp, cells, rows, redone), left & ~_mask(xp, rows, valid, n)
+        return _compat.while_loop(lambda state: _any(xp, state[1]), body, (cells, mask))[0]
 
-    cells, _ = _compat.while_loop(lambda state: _any(xp, state[1]), body, (cells, suspect))
-    return cells, suspect
+    cells = reclip(cells, ~ok, table, True)
+    gained = flip_partners(xp, previous.labels, previous.count, flipped, FLIP_WIDTH)
+    cells = reclip(cells, xp.any(gained >= 0, axis=1), gained, False)
+    return cells, _around(xp, previous, ~ok)
 
 
 @_compat.jit_on_jax()
@@ -479,11 +526,12 @@ def _budget(xp, mask):
 
 
 # ------------------------------------------------------------------- repair
-def _table(xp, cells):
-    """Neighbour table of the local test: every neighbour eagerly, a fixed width traced."""
+def _table(xp, cells, width=None):
+    """Neighbour table: every neighbour eagerly (at most ``width``), ``FIRST_CANDIDATES`` traced."""
     if _compat.is_traced(cells.labels):
         return neighbours(xp, cells, min(cells.labels.shape[1], FIRST_CANDIDATES))
-    return neighbours(xp, cells, max(max_degree(xp, cells), 1))
+    degree = max(max_degree(xp, cells), 1)
+    return neighbours(xp, cells, degree if width is None else min(degree, width))
 
 
 @_compat.jit_on_jax()
@@ -520,7 +568,7 @@ def repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds: int = ROUNDS):
         rows, valid = _compat.select(xp, dirty, _budget(xp, dirty))
         sub = _take_rows(xp, cells, rows)
         cut = _compat.cond(mode == 2, lambda: exact_cutters(xp, seeds, psi, active, sub, rows),
-                           lambda: local_cutters(xp, seeds, psi, active, sub, rows, _table(xp, cells)))
+                           lambda: local_cutters(xp, seeds, psi, active, sub, rows, _table(xp, cells, TABLE_WIDTH)))
         cut = xp.where(valid[:, None], cut, -1)
         left = dirty & ~_mask(xp, rows, valid, n)
         found = _any(xp, cut >= 0)

@@ -1,0 +1,77 @@
+"""Cells of a Newton trial from the previous diagram (the kinetic update) on every backend.
+
+Ground truth: the Laguerre cells of scipy's half-space intersections
+(``reference_cell`` of test_power_diagram), computed without sdot.
+"""
+import numpy as np
+import pytest
+
+from sdot._core import geometry
+from test_power_diagram import reference_cell
+
+LO, HI = np.zeros(2), np.ones(2)
+
+
+def cells_at(backend, seeds, psi, previous=None):
+    xp, n = backend.xp, len(seeds)
+    args = [backend.asarray(a) for a in (seeds, psi, LO, HI)]
+    active = xp.ones((n,), dtype=xp.bool)
+
+    def run(y, w, lo, hi, previous):
+        return geometry.power_cells(xp, y, w, active, lo, hi, previous=previous)
+    return backend.run(run, *args, previous)
+
+
+def areas(backend, cells):
+    v = backend.to_numpy(cells.vertices)
+    count = backend.to_numpy(cells.count)
+    out = []
+    for verts, c in zip(v, count):
+        p, q = verts[:c], np.roll(verts[:c], -1, axis=0)
+        out.append(0.5 * np.sum(p[:, 0] * q[:, 1] - p[:, 1] * q[:, 0]))
+    return np.array(out)
+
+
+def neighbour_sets(backend, cells):
+    lab, count = backend.to_numpy(cells.labels), backend.to_numpy(cells.count)
+    return [set(int(j) for j in row[:c] if j >= 0) for row, c in zip(lab, count)]
+
+
+def test_flip_partners_of_a_vanishing_edge(backend):
+    """A and B share an edge; raising C and D flips it: the edge CD appears."""
+    seeds = np.array([[0.4, 0.5], [0.6, 0.5], [0.5, 0.2], [0.5, 0.8]])   # A B C D
+    before = cells_at(backend, seeds, np.zeros(4))
+    assert 1 in neighbour_sets(backend, before)[0] and 3 not in neighbour_sets(backend, before)[2]
+    psi = np.array([0.0, 0.0, 0.12, 0.12])
+    ref = [reference_cell(seeds, psi, i) for i in range(4)]
+    assert 1 not in ref[0]["facets"] and 3 in ref[2]["facets"], "the configuration must flip AB -> CD"
+    xp = backend.xp
+    args = [backend.asarray(a) for a in (seeds, psi, LO, HI)]
+
+    def run(y, w, lo, hi, before):
+        _, ok, flipped = geometry._updated(xp, y, w, xp.ones((4,), dtype=xp.bool), lo, hi, before)
+        return ok, geometry.flip_partners(xp, before.labels, before.count, flipped, 4)
+    ok, gained = backend.run(run, *args, before)
+    assert not backend.to_numpy(ok)[:2].any(), "A and B lose their common edge"
+    gained = [set(int(j) for j in row if j >= 0) for row in backend.to_numpy(gained)]
+    assert gained == [set(), set(), {3}, {2}]
+
+
+@pytest.mark.parametrize("scale", [0.002, 0.02])
+def test_update_matches_scipy_after_many_flips(backend, scale):
+    """Weights far from the previous ones (many flips, invalid cells): the
+    updated and repaired cells are certified and equal the reference."""
+    rng = np.random.default_rng(11)
+    seeds = rng.random((40, 2))
+    start = cells_at(backend, seeds, np.zeros(40))
+    psi = scale * rng.random(40)
+    cells = cells_at(backend, seeds, psi, previous=start)
+    assert bool(backend.to_numpy(cells.certified))
+    refs = [reference_cell(seeds, psi, i) for i in range(40)]
+    expected = np.array([0.0 if r is None else r["area"] for r in refs])
+    np.testing.assert_allclose(areas(backend, cells), expected, atol=1e-12)
+    got = neighbour_sets(backend, cells)
+    for i, r in enumerate(refs):
+        if r is not None:
+            assert got[i] == {j for j, length in r["facets"].items() if j >= 0 and length > 1e-9}, f"cell {i}"
+    assert neighbour_sets(backend, start) != got, "the weights must change the combinatorics"
