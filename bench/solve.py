@@ -70,6 +70,7 @@ def _instrument(totals):
         setattr(module, name, wrapper)
 
     timed(_compat, "knn", "neighbours")
+    timed(_compat, "delaunay_neighbours", "neighbours")
     timed(_compat, "nearest", "neighbours")
     timed(geometry, "power_cells", "cells", inner=("neighbours",))
     timed(integrate, "cell_integrals", "integrals")

@@ -11,6 +11,7 @@ This is the only module of ``sdot._core`` that may import a framework.
 from __future__ import annotations
 
 import sys
+import threading
 
 import array_api_compat as aac
 import numpy as np
@@ -81,6 +82,26 @@ def capacity(xp, total, like, limit=None) -> int:
     """Concrete size for ``total`` items (eager only), bucketed for JAX, at most ``limit``."""
     size = bucket(int(total), like)
     return size if limit is None else min(size, limit)
+
+
+#: Rows per block of the eager kernels: their temporaries stay in the CPU caches.
+BLOCK = 16384
+
+
+def blockwise(xp, fn, *arrays):
+    """``fn(*arrays)`` on blocks of :data:`BLOCK` rows (eager NumPy and torch),
+    the results (an array or a tuple of arrays) concatenated.
+
+    Row-independent kernels only. JAX (traced or not) and array_api_strict
+    run ``fn`` once: XLA fuses the temporaries away.
+    """
+    n = arrays[0].shape[0]
+    if n <= BLOCK or not (aac.is_numpy_array(arrays[0]) or aac.is_torch_array(arrays[0])):
+        return fn(*arrays)
+    parts = [fn(*(a[s:s + BLOCK, ...] for a in arrays)) for s in range(0, n, BLOCK)]
+    if isinstance(parts[0], tuple):
+        return tuple(xp.concat(p, axis=0) for p in zip(*parts))
+    return xp.concat(parts, axis=0)
 
 
 def flat_take(x, idx):
@@ -238,6 +259,41 @@ def knn(xp, points, k: int):
     return _knn_brute_force(xp, points, k, points) if out is None else out
 
 
+def delaunay_neighbours(xp, points, width: int):
+    """Neighbours of each point in the Delaunay triangulation, ``(n, W)``, -1 padding.
+
+    scipy's Qhull on the host; ``W`` is the largest degree eagerly, ``width``
+    (extra neighbours dropped) under ``jax.jit``. Points without a triangle
+    (duplicates, collinear inputs) get their nearest points instead. Returns
+    None without a host (the caller falls back to :func:`knn`).
+    """
+    def host(p):
+        return _delaunay_table(np.asarray(p), None if not is_traced(points) else width)
+    return _host_callback(xp, host, (points.shape[0], width), np.int64, points)
+
+
+def _delaunay_table(p, width):
+    from scipy.spatial import Delaunay, QhullError, cKDTree
+
+    n = len(p)
+    try:
+        indptr, indices = Delaunay(p).vertex_neighbor_vertices
+        degree = np.diff(indptr)
+    except (QhullError, ValueError):                # fewer than 3 points, all collinear...
+        indptr, indices, degree = np.zeros(n + 1, np.int64), np.zeros(0, np.int64), np.zeros(n, np.int64)
+    w = max(int(degree.max(initial=0)), 1) if width is None else width
+    table = -np.ones((n, w), dtype=np.int64)
+    rank = np.arange(indices.size) - np.repeat(indptr[:-1], degree)
+    keep = rank < w
+    table[np.repeat(np.arange(n), degree)[keep], rank[keep]] = indices[keep]
+    lonely = np.flatnonzero(degree == 0)
+    if lonely.size and n > 1:
+        k = min(w + 1, n)
+        near = np.asarray(cKDTree(p).query(p[lonely], k=k)[1]).reshape(lonely.size, k)
+        table[lonely, :k - 1] = near[:, 1:]
+    return table
+
+
 def nearest(xp, points, queries):
     """Index ``(m,)`` of the nearest of ``points`` to each of ``queries``."""
     def host(p, q):
@@ -265,24 +321,89 @@ def solve_laplacian(xp, rows, cols, weights, diag, rhs):
     """Solve ``(D - W) x = rhs`` for a sparse symmetric weighted Laplacian.
 
     ``W[rows, cols] += weights`` (entries may repeat), ``D = diag`` (already
-    including the gauge regulariser). A sparse direct solve (scipy's SuperLU in
-    symmetric mode) on the host, in FP64; Jacobi-preconditioned conjugate
-    gradient in pure array API where the host is not reachable.
+    including the gauge regulariser). On the host, in FP64: conjugate gradient
+    preconditioned by the sparse LU factors of the last matrix of the same size
+    (successive Newton matrices differ little), or, when that does not reach
+    a relative residual of :data:`CG_RTOL` in :data:`CG_MAX_ITER` iterations, a
+    new factorisation (scipy's SuperLU in symmetric mode), kept for the next
+    solve. Jacobi-preconditioned conjugate gradient in pure array API where
+    the host is not reachable.
     """
     def host(r, c, w, d, b):
         import scipy.sparse as sp
-        from scipy.sparse.linalg import splu
 
         n = d.shape[0]
         ar = np.arange(n)
-        mat = sp.csc_matrix(
+        mat = sp.csr_matrix(
             (np.concatenate([-w.astype(np.float64), d.astype(np.float64)]),
              (np.concatenate([r, ar]), np.concatenate([c, ar]))), shape=(n, n))
-        lu = splu(mat, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
-                  options=dict(SymmetricMode=True))
-        return lu.solve(b.astype(np.float64))
+        return _factor_cache.solve(mat, b.astype(np.float64))
     out = _host_callback(xp, host, tuple(rhs.shape), _numpy_dtype(rhs), rows, cols, weights, diag, rhs)
     return _solve_cg(xp, rows, cols, weights, diag, rhs) if out is None else out
+
+
+#: Relative residual of the host solves that reuse an old factorisation.
+CG_RTOL = 1e-10
+#: Iterations allowed before a new factorisation.
+CG_MAX_ITER = 40
+#: Iterations beyond which the factors are refreshed for the next solve.
+CG_REFRESH = 20
+
+
+class _FactorCache(threading.local):
+    """The last sparse LU factorisation per matrix size (per thread); ``factorisations``
+    and ``reuses`` count what :meth:`solve` did."""
+
+    def __init__(self):
+        self.factors, self.factorisations, self.reuses = {}, 0, 0
+
+    def solve(self, mat, b):
+        from scipy.sparse.linalg import splu
+
+        n = mat.shape[0]
+        lu = self.factors.get(n)
+        if lu is not None:
+            x, iterations = _pcg(mat, b, lu.solve, CG_RTOL, CG_MAX_ITER)
+            if x is not None:
+                self.reuses += 1
+                if iterations > CG_REFRESH:     # the factors have aged: new ones next time
+                    self.factors.clear()
+                return x
+        self.factors.clear()                    # one factorisation in memory at a time
+        lu = splu(mat.tocsc(), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+                  options=dict(SymmetricMode=True))
+        self.factors[n] = lu
+        self.factorisations += 1
+        return lu.solve(b)
+
+
+_factor_cache = _FactorCache()
+
+
+def _pcg(mat, b, precondition, rtol, max_iter):
+    """Preconditioned conjugate gradient on the host: ``(x, iterations)``, x None if
+    not converged."""
+    x = np.zeros_like(b)
+    r = b.copy()
+    goal = rtol * np.linalg.norm(b)
+    z = precondition(r)
+    p = z.copy()
+    rz = r @ z
+    for it in range(max_iter):
+        if np.linalg.norm(r) <= goal:
+            r = b - mat @ x                      # the recurrence drifts: check the true residual
+            if np.linalg.norm(r) <= goal:
+                return x, it
+            z = precondition(r)
+            p, rz = z.copy(), r @ z
+        q = mat @ p
+        alpha = rz / (p @ q)
+        x += alpha * p
+        r -= alpha * q
+        z = precondition(r)
+        rz, rz_old = r @ z, rz
+        p = z + (rz / rz_old) * p
+    return (x if np.linalg.norm(b - mat @ x) <= goal else None), max_iter
 
 
 def _numpy_dtype(x):

@@ -36,7 +36,8 @@ import array_api_compat as aac
 
 from . import _compat
 
-#: Nearest seeds used as candidates for a diagram without a previous one.
+#: Nearest seeds used as candidates for a diagram without a previous one (without a host;
+#: with one, the Delaunay neighbours, at most ``FIRST_CANDIDATES + 4`` under tracing).
 FIRST_CANDIDATES = 12
 #: Vertex capacity per cell (doubled eagerly on overflow).
 CAPACITY = 16
@@ -152,18 +153,18 @@ def _half_planes(xp, seeds, psi, active, count, rows, j):
 def _clip_column(xp, seeds, psi, active, cells, rows, j):
     """Clip the cells ``rows`` by the seeds ``j`` (one per row; -1, self or inactive: skip)."""
     d, offset, j, skip = _half_planes(xp, seeds, psi, active, cells.count, rows, j)
-    verts, labels, count, over = clip_polygons(xp, cells.vertices, cells.labels, cells.count,
-                                               d, offset, j, skip)
+    verts, labels, count, over = _compat.blockwise(xp, lambda *a: clip_polygons(xp, *a), cells.vertices,
+                                                   cells.labels, cells.count, d, offset, j, skip)
     return Cells(verts, labels, count, cells.overflow | over, cells.certified)
 
 
 @_compat.jit_on_jax()
-def _cut_rows(xp, seeds, psi, active, cells, rows, j):
-    """Which cells ``rows`` the seeds ``j`` cut (a vertex strictly outside)."""
-    d, offset, _, skip = _half_planes(xp, seeds, psi, active, cells.count, rows, j)
-    k = xp.arange(cells.labels.shape[1], dtype=xp.int64, device=aac.device(rows))[None, :]
-    s = xp.sum(cells.vertices * d[:, None, :], axis=-1) - offset[:, None]
-    return xp.any((s > 0) & (k < cells.count[:, None]), axis=1) & ~skip
+def _cut_rows(xp, seeds, psi, active, verts, count, rows, j):
+    """Which cells (``verts``, ``count``) of ``rows`` the seeds ``j`` cut (a vertex strictly outside)."""
+    d, offset, _, skip = _half_planes(xp, seeds, psi, active, count, rows, j)
+    k = xp.arange(verts.shape[1], dtype=xp.int64, device=aac.device(rows))[None, :]
+    s = verts[..., 0] * d[:, None, 0] + verts[..., 1] * d[:, None, 1] - offset[:, None]
+    return xp.any((s > 0) & (k < count[:, None]), axis=1) & ~skip
 
 
 def clip_by(xp, seeds, psi, active, cells, rows, candidates):
@@ -179,7 +180,8 @@ def clip_by(xp, seeds, psi, active, cells, rows, candidates):
                                             device=aac.device(rows)))      # own copy, written in place
     for c in range(candidates.shape[1]):
         j = candidates[:, c]
-        hit = _cut_rows(xp, seeds, psi, active, cells, rows, j)
+        hit = _compat.blockwise(xp, lambda *a: _cut_rows(xp, seeds, psi, active, *a),
+                                cells.vertices, cells.count, rows, j)
         size = _compat.capacity(xp, xp.sum(xp.astype(hit, xp.int64)), hit, hit.shape[0])
         if not _compat.host_any(xp, hit):
             continue
@@ -246,7 +248,7 @@ def _per_vertex(xp, cells, rows, valid, find):
         return xp.reshape(xp.where(valid, find(u, row, xp.arange(m * cap, device=aac.device(row))), -1), (m, cap))
     size = _compat.capacity(xp, xp.sum(xp.astype(valid, xp.int64)), valid, m * cap)
     idx, ok = _compat.select(xp, valid, size)
-    found = xp.where(ok, find(xp.take(u, idx, axis=0), xp.take(row, idx), idx), -1)
+    found = xp.where(ok, _compat.blockwise(xp, find, xp.take(u, idx, axis=0), xp.take(row, idx), idx), -1)
     full = -xp.ones((m * cap,), dtype=xp.int64, device=aac.device(row))
     return xp.reshape(_compat.set_rows(xp, full, idx, found), (m, cap))
 
@@ -303,8 +305,12 @@ def lifted(xp, seeds, psi, active):
 
 # ------------------------------------------------------------------- driver
 def first_candidates(xp, seeds, k: int = FIRST_CANDIDATES):
-    """The ``k`` nearest seeds of every seed and itself, ``(n, k + 1)`` (-1 padding
-    where ``n <= k``)."""
+    """Candidates of a first diagram, ``(n, K)``, -1 padding: the Delaunay neighbours
+    (the exact Voronoi neighbours: one clip per candidate, nothing to repair at
+    zero weights); without a host, the ``k`` nearest seeds and the seed itself."""
+    found = _compat.delaunay_neighbours(xp, seeds, k + 4)
+    if found is not None:
+        return found
     n = seeds.shape[0]
     found = _compat.knn(xp, seeds, min(k + 1, n))
     if found.shape[1] >= k + 1:
@@ -421,36 +427,50 @@ def _updated(xp, seeds, psi, active, lo, hi, previous):
     return previous._replace(vertices=verts, certified=xp.asarray(False, device=aac.device(labels))), ok, flipped
 
 
-@_compat.jit_on_jax("width")
 def flip_partners(xp, labels, count, flipped, width: int):
     """Seeds each cell gains by edge flips, ``(n, width)`` (-1 padding, duplicates dropped).
 
     When edge ``k`` of a cell (its neighbour ``j``) vanishes, its ends lie on
     the edges of ``p`` (slot ``k - 1``) and ``q`` (slot ``k + 1``): the flip
     of the dual edge ``ij`` creates the edge ``pq``, so ``p`` gains ``q`` and
-    ``q`` gains ``p``.
+    ``q`` gains ``p``. Eagerly only the flipped slots are sorted.
     """
+    gainer, gained = _flip_pairs(xp, labels, count, flipped)
+    if not _compat.is_traced(gainer):
+        ok = gainer < labels.shape[0]
+        size = _compat.capacity(xp, xp.sum(xp.astype(ok, xp.int64)), ok, ok.shape[0])
+        idx, _ = _compat.select(xp, ok, max(size, 1))
+        gainer, gained = xp.take(gainer, idx), xp.take(gained, idx)
+    return _pack_pairs(xp, gainer, gained, labels[:, 0], width)
+
+
+@_compat.jit_on_jax()
+def _flip_pairs(xp, labels, count, flipped):
+    """Flat ``(gainer, gained)`` of every slot, twice; gainer ``n`` where no flip."""
     n, cap = labels.shape
-    dev = aac.device(labels)
-    k = xp.arange(cap, dtype=xp.int64, device=dev)[None, :]
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(labels))[None, :]
     cnt = xp.maximum(count, 1)[:, None]
     p, q = _gather(labels, (k - 1 + cnt) % cnt), _gather(labels, (k + 1) % cnt)
     ok = flipped & (p >= 0) & (q >= 0) & (p != q)
     ok = xp.reshape(xp.concat([ok, ok], axis=1), (-1,))
-    gainer = xp.where(ok, xp.reshape(xp.concat([p, q], axis=1), (-1,)), n)    # n: no pair
+    gainer = xp.where(ok, xp.reshape(xp.concat([p, q], axis=1), (-1,)), n)
     gained = xp.where(ok, xp.reshape(xp.concat([q, p], axis=1), (-1,)), 0)
+    return gainer, gained
+
+
+@_compat.jit_on_jax("width")
+def _pack_pairs(xp, gainer, gained, like, width: int):
+    """Table ``(n, width)`` of the distinct ``gained`` of each ``gainer`` (``n = like.shape[0]``)."""
+    n, dev = like.shape[0], aac.device(like)
     key = gainer * (n + 1) + gained
     order = xp.argsort(key, stable=True)
     key, gainer, gained = xp.take(key, order), xp.take(gainer, order), xp.take(gained, order)
     m = key.shape[0]
-    pos = xp.arange(m, dtype=xp.int64, device=dev)
     first = xp.concat([xp.ones((1,), dtype=xp.bool, device=dev), key[1:] != key[:-1]])
-    # rank of each distinct pair among its gainer's pairs
-    start = xp.searchsorted(gainer, gainer)
-    distinct_before = xp.cumulative_sum(xp.astype(first, xp.int64))
-    rank = distinct_before - xp.take(distinct_before, start)
+    distinct = xp.cumulative_sum(xp.astype(first, xp.int64))
+    rank = distinct - xp.take(distinct, xp.searchsorted(gainer, gainer))   # among the gainer's pairs
     keep = first & (gainer < n) & (rank < width)
-    slot = xp.where(keep, gainer * width + rank, n * width + pos)
+    slot = xp.where(keep, gainer * width + rank, n * width + xp.arange(m, dtype=xp.int64, device=dev))
     out = -xp.ones((n * width + m,), dtype=xp.int64, device=dev)
     out = _compat.set_rows(xp, out, slot, xp.where(keep, gained, -1))
     return xp.reshape(out[:n * width], (n, width))

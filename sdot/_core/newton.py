@@ -143,7 +143,7 @@ def initial_weights(xp, prob, active, capacity=geometry.CAPACITY):
     shape = xp.asarray(dens.shape, dtype=prob.seeds.dtype, device=aac.device(dens))
     centre = prob.lo + (xp.astype(ij, prob.seeds.dtype) + 0.5) / shape * (prob.hi - prob.lo)
     r2 = xp.sum((prob.seeds - centre) ** 2, axis=1)
-    candidates = geometry.first_candidates(xp, prob.seeds)   # shrinking keeps the nearest seeds
+    candidates = geometry.first_candidates(xp, prob.seeds)   # a hint for the shrunk weights too
 
     def cond(state):
         _, ev, shrink = state
