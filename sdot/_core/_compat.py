@@ -350,14 +350,20 @@ CG_MAX_ITER = 40
 CG_REFRESH = 20
 
 
-class _FactorCache(threading.local):
-    """The last sparse LU factorisation per matrix size (per thread); ``factorisations``
-    and ``reuses`` count what :meth:`solve` did."""
+class _FactorCache:
+    """The last sparse LU factorisation of the process (one at a time, under a lock:
+    not thread-local, XLA runs host callbacks on threads of its own);
+    ``factorisations`` and ``reuses`` count what :meth:`solve` did."""
 
     def __init__(self):
         self.factors, self.factorisations, self.reuses = {}, 0, 0
+        self.lock = threading.Lock()
 
     def solve(self, mat, b):
+        with self.lock:
+            return self._solve(mat, b)
+
+    def _solve(self, mat, b):
         from scipy.sparse.linalg import splu
 
         n = mat.shape[0]
