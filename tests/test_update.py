@@ -6,7 +6,7 @@ Ground truth: the Laguerre cells of scipy's half-space intersections
 import numpy as np
 import pytest
 
-from sdot._core import geometry
+from sdot._core import geometry, kinetic
 from test_power_diagram import reference_cell
 
 LO, HI = np.zeros(2), np.ones(2)
@@ -49,8 +49,8 @@ def test_flip_partners_of_a_vanishing_edge(backend):
     args = [backend.asarray(a) for a in (seeds, psi, LO, HI)]
 
     def run(y, w, lo, hi, before):
-        _, ok, flipped = geometry._updated(xp, y, w, xp.ones((4,), dtype=xp.bool), lo, hi, before)
-        return ok, geometry.flip_partners(xp, before.labels, before.count, flipped, 4)
+        _, ok, flipped = kinetic._updated(xp, y, w, xp.ones((4,), dtype=xp.bool), lo, hi, before)
+        return ok, kinetic.flip_partners(xp, before.labels, before.count, flipped, 4)
     ok, gained = backend.run(run, *args, before)
     assert not backend.to_numpy(ok)[:2].any(), "A and B lose their common edge"
     gained = [set(int(j) for j in row if j >= 0) for row in backend.to_numpy(gained)]

@@ -262,14 +262,15 @@ def knn(xp, points, k: int):
 def delaunay_neighbours(xp, points, width: int):
     """Neighbours of each point in the Delaunay triangulation, ``(n, W)``, -1 padding.
 
-    scipy's Qhull on the host; ``W`` is the largest degree eagerly, ``width``
-    (extra neighbours dropped) under ``jax.jit``. Points without a triangle
-    (duplicates, collinear inputs) get their nearest points instead. Returns
-    None without a host (the caller falls back to :func:`knn`).
+    scipy's Qhull on the host, eagerly (``W`` the largest degree; ``width`` is
+    the size a traced call would have); None under ``jax.jit`` (Qhull crashed
+    in XLA's callback threads) and without a host: the caller falls back to
+    :func:`knn`. Points without a triangle
+    (duplicates, collinear inputs) get their nearest points instead.
     """
-    def host(p):
-        return _delaunay_table(np.asarray(p), None if not is_traced(points) else width)
-    return _host_callback(xp, host, (points.shape[0], width), np.int64, points)
+    if is_traced(points):           # Qhull in XLA's callback threads crashed the process
+        return None
+    return _host_callback(xp, lambda p: _delaunay_table(p, None), (points.shape[0], width), np.int64, points)
 
 
 def _delaunay_table(p, width):

@@ -1,0 +1,158 @@
+"""Cells at new weights from the cells at the previous ones (the kinetic update).
+
+Between Newton trials the combinatorics barely change: every vertex is
+recomputed from the lines of its two edges, cells that stay valid keep their
+combinatorics, invalid ones are clipped again, and each vanishing edge tells
+which two cells gain an edge (a flip). What is left is found by the repair.
+"""
+from __future__ import annotations
+
+import array_api_compat as aac
+
+from . import _compat
+
+from . import polygons as pg
+from .polygons import box_cells, clip_by, gather
+from .repair import table
+
+#: Seeds a cell may gain by edge flips in one update (more are left to the repair).
+FLIP_WIDTH = 4
+
+
+def update(xp, seeds, psi, active, lo, hi, previous):
+    """Cells at weights ``psi`` from those of ``previous``; returns ``(cells, dirty)``.
+
+    Valid cells keep their combinatorics (:func:`_updated`); the invalid ones
+    are clipped again by their previous neighbours (in blocks of
+    :func:`.polygons.budget` rows). They and their neighbours (which may gain an edge
+    from a flip) are the first cells the repair tests.
+    """
+    n = seeds.shape[0]
+    cells, ok, flipped = _updated(xp, seeds, psi, active, lo, hi, previous)
+    previous_neighbours = table(xp, previous)
+    cap = previous.labels.shape[1]
+
+    def reclip(cells, mask, candidates, from_box):
+        """Clip the cells of ``mask`` (from the box, or as they are) by their rows of ``candidates``."""
+        def body(state):
+            cells, left = state
+            rows, valid = _compat.select(xp, left, pg.budget(xp, left))
+            start = pg.take_rows(xp, cells, rows)
+            if from_box:
+                start = box_cells(xp, xp.take(seeds, rows, axis=0), lo, hi, xp.take(active, rows) & valid, cap)
+            redone = clip_by(xp, seeds, psi, active, start, rows,
+                             xp.where(valid[:, None], xp.take(candidates, rows, axis=0), -1))
+            redone = pg.keep_rows(xp, valid, redone, pg.take_rows(xp, cells, rows))
+            return pg.put_rows(xp, cells, rows, redone), left & ~pg.mask_of(xp, rows, valid, n)
+        return _compat.while_loop(lambda state: pg.any_true(xp, state[1]), body, (cells, mask))[0]
+
+    cells = reclip(cells, ~ok, previous_neighbours, True)
+    gained = flip_partners(xp, previous.labels, previous.count, flipped, FLIP_WIDTH)
+    cells = reclip(cells, xp.any(gained >= 0, axis=1), gained, False)
+    return cells, pg.around(xp, previous, ~ok)
+
+
+@_compat.jit_on_jax()
+def _lines(xp, seeds, psi, lo, hi, labels):
+    """Line of the edge of every slot: ``u . normal = offset`` (relative to the seed),
+    ``normal`` outward; a neighbour's bisector or a side of the box."""
+    n, cap = labels.shape
+    j = xp.where(labels >= 0, labels, 0)
+    d = _compat.flat_take(seeds, j) - seeds[:, None, :]
+    offset = 0.5 * (xp.sum(d * d, axis=-1) + psi[:, None] - xp.reshape(xp.take(psi, xp.reshape(j, (-1,))), (n, cap)))
+    side = -1 - labels                                   # 0: y = lo, 1: x = hi, 2: y = hi, 3: x = lo
+    zero, one = xp.zeros_like(offset), xp.ones_like(offset)
+    sx = xp.where(side == 1, one, xp.where(side == 3, -one, zero))
+    sy = xp.where(side == 2, one, xp.where(side == 0, -one, zero))
+    lo_rel, hi_rel = lo[None, :] - seeds, hi[None, :] - seeds    # (n, 2)
+    side_offset = xp.where(side == 0, -lo_rel[:, 1:2], xp.where(side == 1, hi_rel[:, 0:1], xp.where(
+        side == 2, hi_rel[:, 1:2], -lo_rel[:, 0:1])))
+    is_seed = labels >= 0
+    normal = xp.stack([xp.where(is_seed, d[..., 0], sx), xp.where(is_seed, d[..., 1], sy)], axis=-1)
+    return normal, xp.where(is_seed, offset, side_offset)
+
+
+@_compat.jit_on_jax()
+def _updated(xp, seeds, psi, active, lo, hi, previous):
+    """Vertices from the combinatorics of ``previous``, and which cells stay valid.
+
+    Vertex k meets the lines of edges k - 1 and k. A cell stays valid when
+    consecutive lines turn left, every edge keeps a non-negative length along
+    its line and every vertex stays in the box: then it is the intersection of
+    the half-planes of its edges (a superset of the true cell, which is all the
+    area certificate needs). A flip (an edge vanishing here, appearing next
+    door) shows as a reversed edge in the cells that lose it; the cells that
+    gain one are among their neighbours.
+    """
+    labels, count = previous.labels, previous.count
+    n, cap = labels.shape
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(labels))[None, :]
+    cnt = xp.maximum(count, 1)[:, None]
+    valid = k < count[:, None]
+    normal, offset = _lines(xp, seeds, psi, lo, hi, labels)
+    prev = (k - 1 + cnt) % cnt
+    n_a, o_a = gather(normal, prev), gather(offset, prev)
+    det = n_a[..., 0] * normal[..., 1] - n_a[..., 1] * normal[..., 0]
+    safe = xp.where(det > 0, det, 1.0)
+    vx = (o_a * normal[..., 1] - offset * n_a[..., 1]) / safe
+    vy = (n_a[..., 0] * offset - normal[..., 0] * o_a) / safe
+    verts = xp.where(valid[..., None], xp.stack([vx, vy], axis=-1), previous.vertices)
+    scale = xp.max(xp.where(valid, xp.abs(vx) + xp.abs(vy), 0.0), axis=1, keepdims=True)
+    tol = 64.0 * xp.finfo(verts.dtype).eps * (scale + 1.0) * (scale + 1.0)
+    nxt = gather(verts, (k + 1) % cnt)
+    along = (nxt[..., 0] - vx) * -normal[..., 1] + (nxt[..., 1] - vy) * normal[..., 0]
+    lo_rel, hi_rel = (lo[None, :] - seeds)[:, None, :], (hi[None, :] - seeds)[:, None, :]
+    inside = xp.all((verts >= lo_rel - tol[..., None]) & (verts <= hi_rel + tol[..., None]), axis=-1)
+    good = (det > 0) & (along >= -tol) & inside
+    ok = xp.all(good | ~valid, axis=1) & ((count >= 3) | ~active)
+    flipped = valid & (labels >= 0) & (along < -tol)
+    return previous._replace(vertices=verts, certified=xp.asarray(False, device=aac.device(labels))), ok, flipped
+
+
+def flip_partners(xp, labels, count, flipped, width: int):
+    """Seeds each cell gains by edge flips, ``(n, width)`` (-1 padding, duplicates dropped).
+
+    When edge ``k`` of a cell (its neighbour ``j``) vanishes, its ends lie on
+    the edges of ``p`` (slot ``k - 1``) and ``q`` (slot ``k + 1``): the flip
+    of the dual edge ``ij`` creates the edge ``pq``, so ``p`` gains ``q`` and
+    ``q`` gains ``p``. Eagerly only the flipped slots are sorted.
+    """
+    gainer, gained = _flip_pairs(xp, labels, count, flipped)
+    if not _compat.is_traced(gainer):
+        ok = gainer < labels.shape[0]
+        size = _compat.capacity(xp, xp.sum(xp.astype(ok, xp.int64)), ok, ok.shape[0])
+        idx, _ = _compat.select(xp, ok, max(size, 1))
+        gainer, gained = xp.take(gainer, idx), xp.take(gained, idx)
+    return _pack_pairs(xp, gainer, gained, labels[:, 0], width)
+
+
+@_compat.jit_on_jax()
+def _flip_pairs(xp, labels, count, flipped):
+    """Flat ``(gainer, gained)`` of every slot, twice; gainer ``n`` where no flip."""
+    n, cap = labels.shape
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(labels))[None, :]
+    cnt = xp.maximum(count, 1)[:, None]
+    p, q = gather(labels, (k - 1 + cnt) % cnt), gather(labels, (k + 1) % cnt)
+    ok = flipped & (p >= 0) & (q >= 0) & (p != q)
+    ok = xp.reshape(xp.concat([ok, ok], axis=1), (-1,))
+    gainer = xp.where(ok, xp.reshape(xp.concat([p, q], axis=1), (-1,)), n)
+    gained = xp.where(ok, xp.reshape(xp.concat([q, p], axis=1), (-1,)), 0)
+    return gainer, gained
+
+
+@_compat.jit_on_jax("width")
+def _pack_pairs(xp, gainer, gained, like, width: int):
+    """Table ``(n, width)`` of the distinct ``gained`` of each ``gainer`` (``n = like.shape[0]``)."""
+    n, dev = like.shape[0], aac.device(like)
+    key = gainer * (n + 1) + gained
+    order = xp.argsort(key, stable=True)
+    key, gainer, gained = xp.take(key, order), xp.take(gainer, order), xp.take(gained, order)
+    m = key.shape[0]
+    first = xp.concat([xp.ones((1,), dtype=xp.bool, device=dev), key[1:] != key[:-1]])
+    distinct = xp.cumulative_sum(xp.astype(first, xp.int64))
+    rank = distinct - xp.take(distinct, xp.searchsorted(gainer, gainer))   # among the gainer's pairs
+    keep = first & (gainer < n) & (rank < width)
+    slot = xp.where(keep, gainer * width + rank, n * width + xp.arange(m, dtype=xp.int64, device=dev))
+    out = -xp.ones((n * width + m,), dtype=xp.int64, device=dev)
+    out = _compat.set_rows(xp, out, slot, xp.where(keep, gained, -1))
+    return xp.reshape(out[:n * width], (n, width))

@@ -1,0 +1,255 @@
+"""Convex polygons of fixed capacity, one per seed, and the kernels that clip them.
+
+Cells are polygons of ``V`` vertex slots (counter-clockwise, relative to the
+seed); each vertex carries the label of the edge that starts at it: the
+neighbour ``j >= 0``, or ``-1 - side`` for a side of the box (0: y = lo,
+1: x = hi, 2: y = hi, 3: x = lo). In seed-relative coordinates ``u = x - y_i``
+the constraint of seed j on cell i is the half-plane
+``u . d <= (|d|^2 + psi_i - psi_j) / 2`` with ``d = y_j - y_i``.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import array_api_compat as aac
+
+from . import _compat
+
+#: Vertex capacity per cell (doubled eagerly on overflow).
+CAPACITY = 16
+
+
+class Cells(NamedTuple):
+    """Clipped cells: ``vertices`` (n, V, 2) relative to the seeds, ``labels`` (n, V),
+    ``count`` (n,); ``overflow`` (n,) and ``certified`` () flags."""
+
+    vertices: object
+    labels: object
+    count: object
+    overflow: object
+    certified: object
+
+
+def box_cells(xp, seeds, lo, hi, active, capacity: int):
+    """Every active cell starts as the box ``[lo, hi]``, inactive cells empty."""
+    n = seeds.shape[0]
+    dev = aac.device(seeds)
+    corners = xp.stack([
+        xp.stack([lo[0], lo[1]]), xp.stack([hi[0], lo[1]]),
+        xp.stack([hi[0], hi[1]]), xp.stack([lo[0], hi[1]]),
+    ])                                                     # (4, 2) counter-clockwise
+    pad = xp.zeros((capacity - 4, 2), dtype=seeds.dtype, device=dev)
+    verts = xp.concat([corners, pad], axis=0)[None, :, :] - seeds[:, None, :]
+    side = xp.asarray([-1, -2, -3, -4] + [-5] * (capacity - 4), dtype=xp.int64, device=dev)
+    labels = xp.broadcast_to(side[None, :], (n, capacity))
+    count = 4 * xp.astype(active, xp.int64)
+    return Cells(verts, labels, count, xp.zeros((n,), dtype=xp.bool, device=dev),
+                 xp.asarray(False, device=dev))
+
+
+def gather(x, idx):
+    """``x[r, idx[r, ...]]`` row by row (``x`` of shape (n, V) or (n, V, 2))."""
+    xp = aac.array_namespace(x)
+    if x.ndim == 3:
+        flat = xp.reshape(idx, (idx.shape[0], -1))
+        out = xp.stack([xp.take_along_axis(x[..., c], flat, axis=1) for c in range(x.shape[2])], axis=-1)
+        return xp.reshape(out, tuple(idx.shape) + (x.shape[2],))
+    flat = xp.reshape(idx, (idx.shape[0], -1))
+    return xp.reshape(xp.take_along_axis(x, flat, axis=1), tuple(idx.shape))
+
+
+@_compat.jit_on_jax()
+def clip_polygons(xp, verts, labels, count, normal, offset, label, skip):
+    """Clip each polygon by its half-plane ``u . normal <= offset``.
+
+    Returns the new ``(verts, labels, count, overflow)``; ``skip`` rows are
+    unchanged. A half-plane cuts a convex polygon along one run of vertices
+    ``a, ..., b - 1`` (the first run that starts after an inside vertex):
+    the new polygon is the exit point on edge ``(a - 1, a)`` (labelled
+    ``label``), the entry point on edge ``(b - 1, b)``, then ``b, ..., a - 1``,
+    a rotation read with one gather.
+    """
+    n, cap, _ = verts.shape
+    dev = aac.device(verts)
+    k = xp.arange(cap, dtype=xp.int64, device=dev)[None, :]
+    valid = k < count[:, None]
+    cnt = xp.maximum(count, 1)[:, None]
+    s = xp.sum(verts * normal[:, None, :], axis=-1) - offset[:, None]
+    out = valid & (s > 0) & ~skip[:, None]
+    changed = xp.any(out, axis=1)
+    out_prev = gather(out, (k - 1 + cnt) % cnt)
+    a = xp.argmax(xp.astype(out & ~out_prev, xp.int8), axis=1)[:, None]
+    run = xp.where(valid & ~out, (k - a + cnt) % cnt, cap)   # distance from a of inside vertices
+    length = xp.min(run, axis=1, keepdims=True)
+    empty = changed & (length[:, 0] >= cap)
+    b = (a + length) % cnt
+    ends = xp.concat([(a - 1 + cnt) % cnt, a, (b - 1 + cnt) % cnt, b], axis=1)   # (n, 4)
+    sv, vv = gather(s, ends), gather(verts, ends)
+    den = sv[:, 0::2] - sv[:, 1::2]                    # exit < 0, entry > 0 where a run is cut
+    den = xp.where((changed & ~empty)[:, None] & (den != 0), den, 1.0)
+    ratio = (sv[:, 0::2] / den)[..., None]
+    x1 = vv[:, 0, :] + ratio[:, 0, :] * (vv[:, 1, :] - vv[:, 0, :])
+    x2 = vv[:, 2, :] + ratio[:, 1, :] * (vv[:, 3, :] - vv[:, 2, :])
+    src = (b + k - 2 + 2 * cnt) % cnt
+    new_v = gather(verts, src)
+    new_l = gather(labels, src)
+    first, second = (k == 0)[..., None], (k == 1)[..., None]
+    new_v = xp.where(first, x1[:, None, :], xp.where(second, x2[:, None, :], new_v))
+    entry_label = gather(labels, ends[:, 2:3])
+    new_l = xp.where(k == 0, label[:, None], xp.where(k == 1, entry_label, new_l))
+    new_count = count - length[:, 0] + 2
+    overflow = changed & ~empty & (new_count > cap)
+    keep = ~changed[:, None]
+    verts = xp.where(keep[..., None], verts, new_v)
+    labels = xp.where(keep, labels, new_l)
+    count = xp.where(empty, 0, xp.where(changed, xp.minimum(new_count, cap), count))
+    return verts, labels, count, overflow
+
+
+@_compat.jit_on_jax()
+def _half_planes(xp, seeds, psi, active, count, rows, j):
+    """Half-planes ``u . normal <= offset`` of the seeds ``j`` for the cells of ``rows``,
+    and which to skip (-1, the cell itself, inactive seeds, empty cells)."""
+    none = j < 0
+    j = xp.where(none, rows, j)
+    d = xp.take(seeds, j, axis=0) - xp.take(seeds, rows, axis=0)
+    offset = 0.5 * (xp.sum(d * d, axis=1) + xp.take(psi, rows) - xp.take(psi, j))
+    skip = none | (j == rows) | ~xp.take(active, j) | (count == 0)
+    return d, offset, j, skip
+
+
+@_compat.jit_on_jax()
+def _clip_column(xp, seeds, psi, active, cells, rows, j):
+    """Clip the cells ``rows`` by the seeds ``j`` (one per row; -1, self or inactive: skip)."""
+    d, offset, j, skip = _half_planes(xp, seeds, psi, active, cells.count, rows, j)
+    verts, labels, count, over = _compat.blockwise(xp, lambda *a: clip_polygons(xp, *a), cells.vertices,
+                                                   cells.labels, cells.count, d, offset, j, skip)
+    return Cells(verts, labels, count, cells.overflow | over, cells.certified)
+
+
+@_compat.jit_on_jax()
+def _cut_rows(xp, seeds, psi, active, verts, count, rows, j):
+    """Which cells (``verts``, ``count``) of ``rows`` the seeds ``j`` cut (a vertex strictly outside)."""
+    d, offset, _, skip = _half_planes(xp, seeds, psi, active, count, rows, j)
+    k = xp.arange(verts.shape[1], dtype=xp.int64, device=aac.device(rows))[None, :]
+    s = verts[..., 0] * d[:, None, 0] + verts[..., 1] * d[:, None, 1] - offset[:, None]
+    return xp.any((s > 0) & (k < count[:, None]), axis=1) & ~skip
+
+
+def clip_by(xp, seeds, psi, active, cells, rows, candidates):
+    """Clip the cells of seeds ``rows`` (m,) by the columns of ``candidates`` (m, K).
+
+    Eagerly each column only clips the cells it cuts (most candidates beyond
+    the first few cut nothing).
+    """
+    if _compat.is_traced(cells.vertices, candidates, psi, seeds):
+        return _compat.fori_loop(0, candidates.shape[1], lambda c, x: _clip_column(
+            xp, seeds, psi, active, x, rows, _compat.column(candidates, c)), cells)
+    cells = take_rows(xp, cells, xp.arange(rows.shape[0], dtype=xp.int64,
+                                            device=aac.device(rows)))      # own copy, written in place
+    for c in range(candidates.shape[1]):
+        j = candidates[:, c]
+        hit = _compat.blockwise(xp, lambda *a: _cut_rows(xp, seeds, psi, active, *a),
+                                cells.vertices, cells.count, rows, j)
+        size = _compat.capacity(xp, xp.sum(xp.astype(hit, xp.int64)), hit, hit.shape[0])
+        if not _compat.host_any(xp, hit):
+            continue
+        idx, ok = _compat.select(xp, hit, size)
+        sub = _clip_column(xp, seeds, psi, active, take_rows(xp, cells, idx), xp.take(rows, idx),
+                           xp.where(ok, xp.take(j, idx), -1))
+        cells = cells._replace(**{f: _compat.put_rows(xp, getattr(cells, f), idx, getattr(sub, f))
+                                  for f in ("vertices", "labels", "count", "overflow")})
+    return cells
+
+
+@_compat.jit_on_jax()
+def area_excess(xp, cells, lo, hi):
+    """``(sum of cell areas - box area, tolerance)``: the certificate of exactness."""
+    v, count = cells.vertices, cells.count
+    n, cap, _ = v.shape
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(v))[None, :]
+    cnt = xp.maximum(count, 1)[:, None]
+    w = gather(v, (k + 1) % cnt)
+    cross = v[..., 0] * w[..., 1] - v[..., 1] * w[..., 0]
+    area = 0.5 * xp.sum(xp.where(k < count[:, None], cross, 0.0))
+    box = xp.prod(hi - lo)
+    scale = xp.sqrt(xp.sum(xp.where(k < count[:, None], v[..., 0] ** 2 + v[..., 1] ** 2, 0.0)))
+    tol = 64.0 * xp.finfo(v.dtype).eps * (box + scale * xp.sqrt(box))
+    return area - box, tol
+
+
+@_compat.jit_on_jax("width")
+def neighbours(xp, cells, width: int):
+    """Each cell's neighbours (its edge labels >= 0) first, ``width`` columns, -1 after.
+
+    The candidates of the next diagram, and the table of the local test; a hint
+    only: a neighbour cut off by ``width`` is found by the repair.
+    """
+    lab = cells.labels
+    k = xp.arange(lab.shape[1], dtype=xp.int64, device=aac.device(lab))[None, :]
+    lab = xp.where((k < cells.count[:, None]) & (lab >= 0), lab, -1)
+    order = xp.argsort(xp.astype(lab < 0, xp.int8), axis=1, stable=True)[:, :width]
+    return xp.take_along_axis(lab, order, axis=1)
+
+
+def max_degree(xp, cells):
+    """Largest number of neighbours of a cell (eager sizing of the candidates)."""
+    lab = cells.labels
+    k = xp.arange(lab.shape[1], dtype=xp.int64, device=aac.device(lab))[None, :]
+    edges = (k < cells.count[:, None]) & (lab >= 0)
+    return _compat.to_int(xp.max(xp.sum(xp.astype(edges, xp.int64), axis=1)))
+
+
+# ------------------------------------------------------------- rows and masks
+@_compat.jit_on_jax()
+def take_rows(xp, cells, rows):
+    return cells._replace(**{f: _compat.flat_take(getattr(cells, f), rows)
+                             for f in ("vertices", "labels", "count", "overflow")})
+
+
+@_compat.jit_on_jax()
+def put_rows(xp, cells, rows, sub):
+    return cells._replace(**{f: _compat.set_rows(xp, getattr(cells, f), rows, getattr(sub, f))
+                             for f in ("vertices", "labels", "count", "overflow")})
+
+
+@_compat.jit_on_jax()
+def keep_rows(xp, valid, new, old):
+    """``new`` cells where ``valid``, ``old`` elsewhere."""
+    return new._replace(vertices=xp.where(valid[:, None, None], new.vertices, old.vertices),
+                        labels=xp.where(valid[:, None], new.labels, old.labels),
+                        count=xp.where(valid, new.count, old.count),
+                        overflow=xp.where(valid, new.overflow, old.overflow))
+
+
+@_compat.jit_on_jax()
+def around(xp, cells, mask):
+    """``mask`` and the neighbours of the cells in ``mask``."""
+    n, cap = cells.labels.shape
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(mask))[None, :]
+    lab = xp.where((k < cells.count[:, None]) & (cells.labels >= 0) & mask[:, None], cells.labels, -1)
+    return mask | hits(xp, xp.reshape(lab, (-1,)), n)
+
+
+def hits(xp, idx, n):
+    """Boolean mask (n,) of the entries ``idx`` (-1 ignored)."""
+    ok = idx >= 0
+    return _compat.segment_sum(xp, xp.astype(ok, xp.int64), xp.where(ok, idx, 0), n) > 0
+
+
+def mask_of(xp, rows, valid, n):
+    """Boolean mask (n,) of the ``rows`` where ``valid``."""
+    return hits(xp, xp.where(valid, rows, -1), n)
+
+
+def budget(xp, mask):
+    """Rows processed at once: all of ``mask`` eagerly; a fixed share of the cells traced."""
+    n = mask.shape[0]
+    if _compat.is_traced(mask):
+        return min(n, max(64, n // 8))
+    return _compat.capacity(xp, xp.sum(xp.astype(mask, xp.int64)), mask, n)
+
+
+@_compat.jit_on_jax()
+def any_true(xp, mask):
+    return xp.any(mask)

@@ -1,0 +1,196 @@
+"""Repair of clipped cells until the area certificate holds (see :mod:`.geometry`).
+
+Each vertex of cell i, where the edges of neighbours j and g meet, is tested
+against the neighbours of j and g (the local regularity test of the dual
+triangle ijg); a seed of lower power there cuts the cell. If no such local
+cutter exists, every cell is tested, then every vertex exactly: the seed of
+least power at ``v`` is the nearest lifted seed ``(y_j, sqrt(M - psi_j))`` to
+``(v, 0)``, ``M = max psi``.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import array_api_compat as aac
+
+from . import _compat
+
+from .polygons import area_excess, clip_by, max_degree, neighbours
+from . import polygons as pg
+
+#: Candidates per cell of the traced neighbour table.
+TABLE_TRACED = 12
+#: Neighbours per cell in the table of the local test (a hint: enough for most cells).
+TABLE_WIDTH = 10
+#: Maximum number of repair rounds.
+ROUNDS = 32
+
+
+class _RepairState(NamedTuple):
+    cells: object
+    dirty: object       # (n,) cells to test next
+    mode: object        # () 0: dirty cells, 1: a sweep of every cell, 2: an exact sweep
+    rounds: object      # () rounds done
+
+
+def repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds: int = ROUNDS):
+    """Clip cells by their cutters until the area certificate holds.
+
+    Each round tests dirty cells (eagerly all of them, traced a block of
+    :func:`.polygons.budget` rows) for local cutters, clips them, and marks dirty what
+    changed: those cells, their cutters and their neighbours. When no dirty
+    cell is left without the certificate holding, every cell is tested (mode
+    1), then every vertex exactly (mode 2); an exact sweep without cutters
+    certifies the cells up to rounding.
+    """
+    n = seeds.shape[0]
+    dev = aac.device(seeds)
+    done = xp.asarray(True, device=dev)
+
+    def cond(state):
+        return ~state.cells.certified & (state.rounds < rounds)
+
+    def work(state):
+        cells, dirty, mode, _ = state
+        rows, valid = _compat.select(xp, dirty, pg.budget(xp, dirty))
+        sub = pg.take_rows(xp, cells, rows)
+        cut = _compat.cond(mode == 2, lambda: exact_cutters(xp, seeds, psi, active, sub, rows),
+                           lambda: local_cutters(xp, seeds, psi, active, sub, rows, table(xp, cells, TABLE_WIDTH)))
+        cut = xp.where(valid[:, None], cut, -1)
+        left = dirty & ~pg.mask_of(xp, rows, valid, n)
+        found = pg.any_true(xp, cut >= 0)
+        cells = _compat.cond(found, lambda: _clip_rows(xp, seeds, psi, active, cells, rows, cut), lambda: cells)
+        touched = pg.around(xp, cells, pg.mask_of(xp, rows, xp.any(cut >= 0, axis=1), n)) | pg.hits(
+            xp, xp.reshape(cut, (-1,)), n)
+        exhausted = ~found & ~pg.any_true(xp, left)             # this mode found nothing anywhere
+        dirty = xp.where(exhausted, xp.ones_like(dirty), left | touched)
+        mode = xp.where(found, 0, xp.where(exhausted, mode + 1, mode))
+        return cells._replace(certified=exhausted & (mode > 2)), dirty, mode
+
+    def body(state):
+        excess, tol = area_excess(xp, state.cells, lo, hi)
+        cells, dirty, mode = _compat.cond(
+            excess > tol, lambda: work(state),
+            lambda: (state.cells._replace(certified=done), state.dirty, state.mode))
+        return _RepairState(cells, dirty, mode, state.rounds + 1)
+
+    zero = xp.asarray(0, dtype=xp.int64, device=dev)
+    state = _RepairState(cells._replace(certified=~done), dirty, zero, zero)
+    return _compat.while_loop(cond, body, state).cells
+
+
+def table(xp, cells, width=None):
+    """Neighbour table: every neighbour eagerly (at most ``width``), ``TABLE_TRACED`` traced."""
+    if _compat.is_traced(cells.labels):
+        return neighbours(xp, cells, min(cells.labels.shape[1], TABLE_TRACED))
+    degree = max(max_degree(xp, cells), 1)
+    return neighbours(xp, cells, degree if width is None else min(degree, width))
+
+
+def local_cutters(xp, seeds, psi, active, cells, rows, table):
+    """For each vertex of the cells ``rows``, a local seed that cuts it, or -1.
+
+    Vertex ``k`` of cell ``i`` is where the edges shared with cells ``j``
+    (incoming) and ``g`` (outgoing) meet; the candidates are the neighbours of
+    ``j`` and of ``g``: their rows of ``table`` (n, W).
+    """
+    incoming, outgoing, valid = _vertex_neighbours(xp, cells)
+    return _per_vertex(xp, cells, rows, valid, lambda u, row, idx: _best_cutter(
+        xp, seeds, psi, active, u, row, xp.concat([_compat.flat_take(table, xp.take(incoming, idx)),
+                                                   _compat.flat_take(table, xp.take(outgoing, idx))], axis=1)))
+
+
+@_compat.jit_on_jax()
+def _vertex_neighbours(xp, cells):
+    """Flat ``(m V,)`` neighbours across the incoming and the outgoing edge of each
+    vertex (a box side is replaced by the other one), and whether one exists."""
+    lab, count = cells.labels, cells.count
+    m, cap = lab.shape
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(lab))[None, :]
+    cnt = xp.maximum(count, 1)[:, None]
+    incoming = pg.gather(lab, (k - 1 + cnt) % cnt)
+    outgoing = xp.where(lab >= 0, lab, incoming)
+    incoming = xp.where(incoming >= 0, incoming, outgoing)
+    valid = (k < count[:, None]) & (outgoing >= 0)
+    flat = [xp.reshape(xp.where(valid, g, 0), (-1,)) for g in (incoming, outgoing)]
+    return flat[0], flat[1], xp.reshape(valid, (-1,))
+
+
+def _per_vertex(xp, cells, rows, valid, find):
+    """Run ``find(u, row, idx) -> (P,)`` on the flat vertices ``idx`` where ``valid``
+    (all of them under tracing), and return the result as ``(m, V)``, -1 elsewhere."""
+    m, cap = cells.labels.shape
+    u = xp.reshape(cells.vertices, (m * cap, 2))
+    row = xp.reshape(xp.broadcast_to(rows[:, None], (m, cap)), (-1,))
+    if _compat.is_traced(u, valid):
+        return xp.reshape(xp.where(valid, find(u, row, xp.arange(m * cap, device=aac.device(row))), -1), (m, cap))
+    size = _compat.capacity(xp, xp.sum(xp.astype(valid, xp.int64)), valid, m * cap)
+    idx, ok = _compat.select(xp, valid, size)
+    found = xp.where(ok, _compat.blockwise(xp, find, xp.take(u, idx, axis=0), xp.take(row, idx), idx), -1)
+    full = -xp.ones((m * cap,), dtype=xp.int64, device=aac.device(row))
+    return xp.reshape(_compat.set_rows(xp, full, idx, found), (m, cap))
+
+
+@_compat.jit_on_jax()
+def _best_cutter(xp, seeds, psi, active, u, row, cand):
+    """Per vertex ``u`` (P, 2) of the cell of seed ``row`` (P,), the candidate of
+    ``cand`` (P, C) (-1: none) of least power if it is below the cell's own, else -1.
+
+    With ``v = y_row + u`` and the planes ``f_j(v) = v . y_j + (psi_j - |y_j|^2) / 2``,
+    ``power_row(v) - power_j(v) = 2 (f_j(v) - f_row(v))``: one gather of
+    ``(y_j, h_j)`` per candidate.
+    """
+    h = xp.where(active, 0.5 * (psi - xp.sum(seeds * seeds, axis=1)), -xp.inf)
+    planes = xp.concat([seeds, h[:, None]], axis=1)                     # (n, 3)
+    ok = (cand >= 0) & (cand != row[:, None])
+    c = _compat.flat_take(planes, xp.where(ok, cand, 0))               # (P, C, 3)
+    own = xp.take(planes, row, axis=0)
+    v = u + own[:, :2]
+    f_own = v[:, 0] * own[:, 0] + v[:, 1] * own[:, 1] + own[:, 2]
+    s = v[:, None, 0] * c[..., 0] + v[:, None, 1] * c[..., 1] + c[..., 2] - f_own[:, None]
+    scale = xp.max(xp.abs(planes[:, :2])) * (xp.abs(v[:, 0]) + xp.abs(v[:, 1])) + xp.abs(f_own)
+    s = xp.where(ok, s, -xp.inf) - (64.0 * xp.finfo(u.dtype).eps * scale)[:, None]
+    best = xp.argmax(s, axis=1)
+    found = xp.max(s, axis=1) > 0
+    return xp.where(found, xp.take_along_axis(cand, best[:, None], axis=1)[:, 0], -1)
+
+
+def exact_cutters(xp, seeds, psi, active, cells, rows):
+    """For every vertex of the cells ``rows``, the seed of least power there if it
+    cuts the vertex off, else -1 (a nearest-neighbour query among lifted seeds)."""
+    m, cap = cells.labels.shape
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(rows))[None, :]
+    valid = xp.reshape(k < cells.count[:, None], (-1,))
+    points = lifted(xp, seeds, psi, active)
+
+    def find(u, row, idx):
+        q = u + xp.take(seeds, row, axis=0)
+        q = xp.concat([q, xp.zeros((q.shape[0], 1), dtype=q.dtype, device=aac.device(q))], axis=1)
+        return _best_cutter(xp, seeds, psi, active, u, row, _compat.nearest(xp, points, q)[:, None])
+    return _per_vertex(xp, cells, rows, valid, find)
+
+
+@_compat.jit_on_jax()
+def lifted(xp, seeds, psi, active):
+    """Lifted points ``(y_i, sqrt(M - psi_i))``; inactive seeds are lifted far away."""
+    big = xp.max(xp.where(active, psi, -xp.inf))
+    span = xp.max(seeds, axis=0) - xp.min(seeds, axis=0)
+    far = big - 4.0 * xp.sum(span * span) - 1.0
+    psi_eff = xp.where(active, psi, far)
+    h = xp.sqrt(xp.maximum(big - psi_eff, 0.0))
+    return xp.concat([seeds, h[:, None]], axis=1)
+
+
+def _clip_rows(xp, seeds, psi, active, cells, rows, cut):
+    """``cells`` with the cells ``rows`` clipped by their cutters ``cut`` (m, V)."""
+    width = 4 if _compat.is_traced(cut) else max(
+        _compat.to_int(xp.max(xp.sum(xp.astype(cut >= 0, xp.int64), axis=1))), 1)
+    sub = clip_by(xp, seeds, psi, active, pg.take_rows(xp, cells, rows), rows, _first_columns(xp, cut, width))
+    return pg.put_rows(xp, cells, rows, sub)
+
+
+@_compat.jit_on_jax("width")
+def _first_columns(xp, cut, width: int):
+    """The non-negative entries of each row of ``cut`` first, ``width`` columns."""
+    order = xp.argsort(xp.astype(cut < 0, xp.int8), axis=1, stable=True)[:, :width]
+    return xp.take_along_axis(cut, order, axis=1)
