@@ -19,7 +19,8 @@ import numpy as np
 __all__ = [
     "segment_sum", "while_loop", "fori_loop", "cond", "tree_where", "column", "to_int", "to_host", "host_call",
     "is_traced", "host_any", "bucket", "capacity", "set_rows", "jit_on_jax", "knn", "nearest",
-    "solve_laplacian", "flat_take", "select", "put_rows",
+    "delaunay_neighbours", "solve_laplacian", "conjugate_gradient", "flat_take", "blockwise", "select",
+    "put_rows",
 ]
 
 
@@ -230,7 +231,7 @@ def _host_callback(xp, fn, result_shape, result_dtype, *args):
     where the host is not reachable without a device copy (GPU, array_api_strict):
     the caller then uses its pure array-API fallback.
     """
-    if any(is_traced(a) for a in args):
+    if is_traced(*args):
         import jax
 
         if jax.default_backend() != "cpu":
@@ -259,21 +260,19 @@ def knn(xp, points, k: int):
     return _knn_brute_force(xp, points, k, points) if out is None else out
 
 
-def delaunay_neighbours(xp, points, width: int):
-    """Neighbours of each point in the Delaunay triangulation, ``(n, W)``, -1 padding.
+def delaunay_neighbours(xp, points):
+    """Neighbours of each point in the Delaunay triangulation, ``(n, W)`` (``W`` the
+    largest degree), -1 padding; points without a triangle (duplicates, collinear
+    inputs) get their nearest points instead.
 
-    scipy's Qhull on the host, eagerly (``W`` the largest degree; ``width`` is
-    the size a traced call would have); None under ``jax.jit`` (Qhull crashed
-    in XLA's callback threads) and without a host: the caller falls back to
-    :func:`knn`. Points without a triangle
-    (duplicates, collinear inputs) get their nearest points instead.
+    scipy's Qhull on the host, eagerly. None under ``jax.jit`` (Qhull crashed in
+    XLA's callback threads) and without a host: the caller falls back to :func:`knn`.
     """
-    if is_traced(points):           # Qhull in XLA's callback threads crashed the process
-        return None
-    return _host_callback(xp, lambda p: _delaunay_table(p, None), (points.shape[0], width), np.int64, points)
+    host = None if is_traced(points) else _host_view(points)
+    return None if host is None else _from_host(xp, _delaunay_table(host), points)
 
 
-def _delaunay_table(p, width):
+def _delaunay_table(p):
     from scipy.spatial import Delaunay, QhullError, cKDTree
 
     n = len(p)
@@ -282,11 +281,10 @@ def _delaunay_table(p, width):
         degree = np.diff(indptr)
     except (QhullError, ValueError):                # fewer than 3 points, all collinear...
         indptr, indices, degree = np.zeros(n + 1, np.int64), np.zeros(0, np.int64), np.zeros(n, np.int64)
-    w = max(int(degree.max(initial=0)), 1) if width is None else width
+    w = max(int(degree.max(initial=0)), 1)
     table = -np.ones((n, w), dtype=np.int64)
     rank = np.arange(indices.size) - np.repeat(indptr[:-1], degree)
-    keep = rank < w
-    table[np.repeat(np.arange(n), degree)[keep], rank[keep]] = indices[keep]
+    table[np.repeat(np.arange(n), degree), rank] = indices
     lonely = np.flatnonzero(degree == 0)
     if lonely.size and n > 1:
         k = min(w + 1, n)
@@ -357,7 +355,7 @@ class _FactorCache:
     ``factorisations`` and ``reuses`` count what :meth:`solve` did."""
 
     def __init__(self):
-        self.factors, self.factorisations, self.reuses = {}, 0, 0
+        self.lu, self.factorisations, self.reuses = None, 0, 0
         self.lock = threading.Lock()
 
     def solve(self, mat, b):
@@ -367,19 +365,17 @@ class _FactorCache:
     def _solve(self, mat, b):
         from scipy.sparse.linalg import splu
 
-        n = mat.shape[0]
-        lu = self.factors.get(n)
-        if lu is not None:
+        lu, self.lu = self.lu, None
+        if lu is not None and lu.shape == mat.shape:
             x, iterations = _pcg(mat, b, lu.solve, CG_RTOL, CG_MAX_ITER)
             if x is not None:
                 self.reuses += 1
-                if iterations > CG_REFRESH:     # the factors have aged: new ones next time
-                    self.factors.clear()
+                if iterations <= CG_REFRESH:    # else the factors have aged: new ones next time
+                    self.lu = lu
                 return x
-        self.factors.clear()                    # one factorisation in memory at a time
         lu = splu(mat.tocsc(), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
                   options=dict(SymmetricMode=True))
-        self.factors[n] = lu
+        self.lu = lu
         self.factorisations += 1
         return lu.solve(b)
 
@@ -388,29 +384,12 @@ _factor_cache = _FactorCache()
 
 
 def _pcg(mat, b, precondition, rtol, max_iter):
-    """Preconditioned conjugate gradient on the host: ``(x, iterations)``, x None if
-    not converged."""
-    x = np.zeros_like(b)
-    r = b.copy()
-    goal = rtol * np.linalg.norm(b)
-    z = precondition(r)
-    p = z.copy()
-    rz = r @ z
-    for it in range(max_iter):
-        if np.linalg.norm(r) <= goal:
-            r = b - mat @ x                      # the recurrence drifts: check the true residual
-            if np.linalg.norm(r) <= goal:
-                return x, it
-            z = precondition(r)
-            p, rz = z.copy(), r @ z
-        q = mat @ p
-        alpha = rz / (p @ q)
-        x += alpha * p
-        r -= alpha * q
-        z = precondition(r)
-        rz, rz_old = r @ z, rz
-        p = z + (rz / rz_old) * p
-    return (x if np.linalg.norm(b - mat @ x) <= goal else None), max_iter
+    """Host conjugate gradient on the scipy matrix ``mat``: ``(x, iterations)``, x None
+    unless the true residual ``|b - mat x|`` is within ``rtol |b|``."""
+    import array_api_compat.numpy as npx
+
+    x, it = conjugate_gradient(npx, mat.__matmul__, precondition, b, rtol, max_iter)
+    return (x if np.linalg.norm(b - mat @ x) <= rtol * np.linalg.norm(b) else None), int(it)
 
 
 def _numpy_dtype(x):
@@ -419,16 +398,18 @@ def _numpy_dtype(x):
 
 def _solve_cg(xp, rows, cols, weights, diag, rhs, rtol=1e-13, max_iter=None):
     n = rhs.shape[0]
-    max_iter = 4 * n + 100 if max_iter is None else max_iter
 
     def matvec(x):
         return diag * x - segment_sum(xp, weights * xp.take(x, cols), rows, n)
+    return conjugate_gradient(xp, matvec, lambda r: r / diag, rhs, rtol,
+                              4 * n + 100 if max_iter is None else max_iter)[0]
 
+
+def conjugate_gradient(xp, matvec, precondition, rhs, rtol, max_iter):
+    """Preconditioned conjugate gradient from 0 until ``|r| <= rtol |rhs|`` (the
+    recurrence's residual) or ``max_iter`` iterations: ``(x, iterations)``. Traceable."""
     x = xp.zeros_like(rhs)
-    r = rhs
-    z = r / diag
-    p = z
-    rz = xp.sum(r * z)
+    z = precondition(rhs)
     target = rtol * xp.sqrt(xp.sum(rhs * rhs))
 
     def cond(s):
@@ -441,13 +422,14 @@ def _solve_cg(xp, rows, cols, weights, diag, rhs, rtol=1e-13, max_iter=None):
         alpha = rz / xp.sum(p * ap)
         x = x + alpha * p
         r = r - alpha * ap
-        z = r / diag
+        z = precondition(r)
         rz_new = xp.sum(r * z)
         p = z + (rz_new / rz) * p
         return x, r, p, rz_new, it + 1
 
     it0 = xp.asarray(0, device=aac.device(rhs))
-    return while_loop(cond, body, (x, r, p, rz, it0))[0]
+    x, _, _, _, it = while_loop(cond, body, (x, rhs, z, xp.sum(rhs * z), it0))
+    return x, it
 
 
 def select(xp, mask, size: int):

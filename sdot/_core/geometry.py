@@ -40,7 +40,7 @@ def first_candidates(xp, seeds, k: int = FIRST_CANDIDATES):
     """Candidates of a first diagram, ``(n, K)``, -1 padding: the Delaunay neighbours
     (the exact Voronoi neighbours: one clip per candidate, nothing to repair at
     zero weights); without a host, the ``k`` nearest seeds and the seed itself."""
-    found = _compat.delaunay_neighbours(xp, seeds, k + 4)
+    found = _compat.delaunay_neighbours(xp, seeds)
     if found is not None:
         return found
     n = seeds.shape[0]
