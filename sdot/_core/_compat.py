@@ -19,7 +19,7 @@ import numpy as np
 __all__ = [
     "segment_sum", "while_loop", "fori_loop", "cond", "tree_where", "column", "to_int", "to_host", "host_call",
     "is_traced", "host_any", "bucket", "capacity", "set_rows", "jit_on_jax", "knn", "nearest",
-    "delaunay_neighbours", "solve_laplacian", "conjugate_gradient", "flat_take", "blockwise", "select",
+    "delaunay_neighbours", "regular_neighbours", "solve_laplacian", "conjugate_gradient", "flat_take", "blockwise", "select",
     "put_rows",
 ]
 
@@ -269,27 +269,63 @@ def delaunay_neighbours(xp, points):
     XLA's callback threads) and without a host: the caller falls back to :func:`knn`.
     """
     host = None if is_traced(points) else _host_view(points)
-    return None if host is None else _from_host(xp, _delaunay_table(host), points)
+    if host is None:
+        return None
+    table = _regular_table(host)
+    lonely = np.flatnonzero(table[:, 0] < 0)
+    if lonely.size and len(host) > 1:
+        from scipy.spatial import cKDTree
+
+        k = min(table.shape[1] + 1, len(host))
+        near = np.asarray(cKDTree(host).query(host[lonely], k=k)[1]).reshape(lonely.size, k)
+        table[lonely, :k - 1] = near[:, 1:]
+    return _from_host(xp, table, points)
 
 
-def _delaunay_table(p):
-    from scipy.spatial import Delaunay, QhullError, cKDTree
+def regular_neighbours(xp, points, weights, active):
+    """Neighbours of each active point in the regular (weighted Delaunay)
+    triangulation of ``points`` with ``weights``, ``(n, W)``, -1 padding.
+
+    The triangulation is the lower convex hull of the lifted points
+    ``(y_i, |y_i - c|^2 - psi_i)``; point i's power cell is the intersection of
+    the half-planes of its neighbours there, so they are exactly the seeds that
+    can cut it. Rows of hidden (empty-celled) and inactive points are all -1.
+    Eagerly on the host only (scipy's Qhull); None otherwise or if Qhull fails.
+    """
+    if is_traced(points, weights, active):
+        return None
+    host = [_host_view(a) for a in (points, weights, active)]
+    if any(h is None for h in host):
+        return None
+    table = _regular_table(*host)
+    return None if table is None else _from_host(xp, table, points)
+
+
+def _regular_table(p, psi=None, active=None):
+    """Host neighbour table of the regular triangulation (Delaunay if ``psi`` is None)."""
+    from scipy.spatial import ConvexHull, Delaunay, QhullError
 
     n = len(p)
+    keep = np.arange(n) if active is None else np.flatnonzero(active)
     try:
-        indptr, indices = Delaunay(p).vertex_neighbor_vertices
-        degree = np.diff(indptr)
-    except (QhullError, ValueError):                # fewer than 3 points, all collinear...
-        indptr, indices, degree = np.zeros(n + 1, np.int64), np.zeros(0, np.int64), np.zeros(n, np.int64)
-    w = max(int(degree.max(initial=0)), 1)
-    table = -np.ones((n, w), dtype=np.int64)
-    rank = np.arange(indices.size) - np.repeat(indptr[:-1], degree)
-    table[np.repeat(np.arange(n), degree), rank] = indices
-    lonely = np.flatnonzero(degree == 0)
-    if lonely.size and n > 1:
-        k = min(w + 1, n)
-        near = np.asarray(cKDTree(p).query(p[lonely], k=k)[1]).reshape(lonely.size, k)
-        table[lonely, :k - 1] = near[:, 1:]
+        if psi is None:
+            tri = Delaunay(p[keep]).simplices
+        else:
+            q = p[keep] - p[keep].mean(axis=0)
+            hull = ConvexHull(np.column_stack([q, np.sum(q * q, axis=1) - psi[keep]]), qhull_options="Qt")
+            tri = hull.simplices[hull.equations[:, 2] <= 0]       # lower facets (vertical ones: harmless)
+    except (QhullError, ValueError):                # fewer than 4 points, all collinear...
+        if psi is not None:
+            return None
+        tri = np.zeros((0, 3), np.int64)
+    a = keep[tri.reshape(-1)]
+    b = keep[np.roll(tri, 1, axis=1).reshape(-1)]
+    pairs = np.sort(np.concatenate([a * n + b, b * n + a]))
+    pairs = pairs[np.concatenate([pairs[:1] >= 0, pairs[1:] != pairs[:-1]])]
+    row, col = pairs // n, pairs % n
+    degree = np.bincount(row, minlength=n)
+    table = -np.ones((n, max(int(degree.max(initial=0)), 1)), dtype=np.int64)
+    table[row, np.arange(row.size) - np.repeat(np.cumsum(degree) - degree, degree)] = col
     return table
 
 

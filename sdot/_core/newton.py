@@ -6,7 +6,9 @@ Jacobian is the weighted graph Laplacian ``DG = D - W`` with
 space is fixed by a tiny diagonal regulariser. Each step solves
 ``DG d = m - G`` and halves ``t`` until every cell keeps at least
 ``eps0 = min(min m, min G(psi_0)) / 2`` and
-``|G(psi + t d) - m| <= (1 - t/2) |G(psi) - m|``.
+``|G(psi + t d) - m| <= (1 - t/2) |G(psi) - m|``. The first ``t`` of a step is
+``min(1, 4 t)`` of the last one's rather than 1: where steps must be damped they
+stay damped for a while, and each rejected trial costs a whole diagram.
 
 Exact duplicates are merged (one active representative carries the group's
 mass) and zero-mass Diracs are inactive, so every active cell has a positive
@@ -24,6 +26,8 @@ import array_api_compat as aac
 from . import _compat, geometry, integrate
 
 REGULARISATION = 1e-9
+#: The first damping trial of a step is ``min(1, GROWTH * t)``, ``t`` that of the last step.
+GROWTH = 4.0
 
 
 class Problem(NamedTuple):
@@ -182,8 +186,8 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
     def error(mom):
         return _errors(xp, mom, targets, active)
 
-    def damped_step(psi, ev, d, norm0):
-        """Halve ``t`` from 1 until the step is accepted (or ``t < min_step``)."""
+    def damped_step(psi, ev, d, norm0, t1):
+        """Halve ``t`` from ``t1`` until the step is accepted (or ``t < min_step``)."""
         def trial(t):
             new = evaluate(xp, prob, psi + t * d, active, capacity=ev.cells.labels.shape[1],
                            previous=ev.cells)
@@ -194,7 +198,6 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
             t, _, _, ok = state
             return ~ok & (t > min_step)
 
-        t1 = xp.asarray(1.0, dtype=psi.dtype, device=aac.device(psi))
         new, err_t, ok = trial(t1)
 
         def loop_body(state):
@@ -207,23 +210,24 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
         return psi + t * d, new, err_t, t
 
     def cond(state):
-        _, _, it, err = state
+        _, _, it, err, _ = state
         return (err > tol) & (it < max_iter)
 
     def body(state):
-        psi, ev, it, err = state
+        psi, ev, it, err, t = state
         _, norm0 = error(ev.moments)
         d = newton_direction(xp, prob, ev, active, targets - ev.moments[:, 0])
-        psi, ev, err, t = damped_step(psi, ev, d, norm0)
+        psi, ev, err, t = damped_step(psi, ev, d, norm0, xp.minimum(GROWTH * t, 1.0))
         if log is not None:
             _compat.host_call(log, it + 1, err, t)
-        return psi, ev, it + 1, err
+        return psi, ev, it + 1, err, t
 
     err0, _ = error(ev.moments)
     if log is not None:
         _compat.host_call(log, 0, err0, 0.0)
     it0 = xp.asarray(0, device=aac.device(psi))
-    psi, ev, it, err = _compat.while_loop(cond, body, (psi, ev, it0, err0))
+    t0 = xp.asarray(1.0, dtype=psi.dtype, device=aac.device(psi))
+    psi, ev, it, err, _ = _compat.while_loop(cond, body, (psi, ev, it0, err0, t0))
     sound = ev.cells.certified & ~xp.any(ev.cells.overflow)
     return Solution(psi, ev, err, it, (err <= tol) & sound)
 

@@ -3,9 +3,10 @@
 Each vertex of cell i, where the edges of neighbours j and g meet, is tested
 against the neighbours of j and g (the local regularity test of the dual
 triangle ijg); a seed of lower power there cuts the cell. If no such local
-cutter exists, every cell is tested, then every vertex exactly: the seed of
-least power at ``v`` is the nearest lifted seed ``(y_j, sqrt(M - psi_j))`` to
-``(v, 0)``, ``M = max psi``.
+cutter exists, every cell is tested, then every vertex exactly: against the
+cell's neighbours in the regular triangulation (eagerly, Qhull on the host), or
+the seed of least power at ``v``, the nearest lifted seed
+``(y_j, sqrt(M - psi_j))`` to ``(v, 0)``, ``M = max psi``.
 """
 from __future__ import annotations
 
@@ -156,18 +157,34 @@ def _best_cutter(xp, seeds, psi, active, u, row, cand):
 
 
 def exact_cutters(xp, seeds, psi, active, cells, rows):
-    """For every vertex of the cells ``rows``, the seed of least power there if it
-    cuts the vertex off, else -1 (a nearest-neighbour query among lifted seeds)."""
+    """For every vertex of the cells ``rows``, a seed that cuts it off, or -1.
+
+    Eagerly on the host, the candidates of cell i are its neighbours in the
+    regular triangulation (:func:`._compat.regular_neighbours`): the true cell is
+    the box cut by their half-planes, so a convex cell whose vertices none of them
+    cuts is exact. Otherwise, and for hidden seeds, the seed of least power at
+    the vertex: a nearest-neighbour query among lifted seeds (:func:`lifted`).
+    """
     m, cap = cells.labels.shape
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(rows))[None, :]
     valid = xp.reshape(k < cells.count[:, None], (-1,))
+    row_of = xp.reshape(xp.broadcast_to(rows[:, None], (m, cap)), (-1,))
+    table = _compat.regular_neighbours(xp, seeds, psi, active)
+    if table is not None:
+        hidden = xp.take(table[:, 0] < 0, row_of)
+        found = _per_vertex(xp, cells, rows, valid & ~hidden, lambda u, row, idx: _best_cutter(
+            xp, seeds, psi, active, u, row, _compat.flat_take(table, row)))
+        if not _compat.host_any(xp, valid & hidden):
+            return found
+        valid = valid & hidden
     points = lifted(xp, seeds, psi, active)
 
     def find(u, row, idx):
         q = u + xp.take(seeds, row, axis=0)
         q = xp.concat([q, xp.zeros((q.shape[0], 1), dtype=q.dtype, device=aac.device(q))], axis=1)
         return _best_cutter(xp, seeds, psi, active, u, row, _compat.nearest(xp, points, q)[:, None])
-    return _per_vertex(xp, cells, rows, valid, find)
+    nearest = _per_vertex(xp, cells, rows, valid, find)
+    return nearest if table is None else xp.maximum(found, nearest)
 
 
 @_compat.jit_on_jax()
