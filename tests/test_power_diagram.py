@@ -298,3 +298,21 @@ def test_cell_with_more_vertices_than_the_default_capacity(eager_backend):
     apothem = r / 2
     assert len(cell.vertices) == k
     assert float(cell.measure) == pytest.approx(k * apothem**2 * np.tan(np.pi / k), rel=1e-12)
+
+
+def test_capacity_grows_on_overflow(eager_backend):
+    """The 24-gon cell clipped by 12 nearest-seed candidates overflows the default
+    16 vertex slots: the diagram is rebuilt wider (1.5 times, 24) and the cell is whole."""
+    from sdot._core import geometry
+
+    k, r = 24, 0.2
+    angles = 2 * np.pi * np.arange(k) / k
+    seeds = np.concatenate([[[0.5, 0.5]], 0.5 + r * np.stack([np.cos(angles), np.sin(angles)], 1)])
+    near = np.argsort(((seeds[:, None] - seeds[None]) ** 2).sum(-1), axis=1)[:, 1:13]
+    near[0] = np.arange(1, 13)      # only half the ring: the repair finds the rest
+    xp, b = eager_backend.xp, eager_backend
+    cells = geometry.power_cells(xp, b.asarray(seeds), b.asarray(np.zeros(k + 1)), xp.ones((k + 1,), dtype=xp.bool),
+                                 b.asarray([0.0, 0.0]), b.asarray([1.0, 1.0]), b.asarray(near, np.int64))
+    assert cells.labels.shape[1] == 24
+    assert int(b.to_numpy(cells.count)[0]) == k
+    assert not b.to_numpy(cells.overflow).any() and bool(b.to_numpy(cells.certified))

@@ -19,7 +19,7 @@ half-plane ``u . d <= (|d|^2 + psi_i - psi_j) / 2`` with ``d = y_j - y_i``.
 
 Cells are polygons of fixed capacity (:mod:`.polygons`). Shapes are static;
 eagerly the repairs only touch the cells that need them and a capacity
-overflow is retried with twice the capacity; under tracing ``overflow`` and
+overflow is retried with 1.5 times the capacity; under tracing ``overflow`` and
 ``certified`` report what could not be done.
 """
 from __future__ import annotations
@@ -59,8 +59,9 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     step): their combinatorics give the new vertices directly (:func:`update`).
     Otherwise every cell is the box clipped by its ``candidates`` (n, K) (valid
     ones, >= 0, first in each row; default the nearest seeds). Eagerly an
-    overflowing vertex capacity is doubled and everything rebuilt; under
-    tracing the flags report it.
+    overflowing vertex capacity grows 1.5 times and everything is rebuilt; under
+    tracing the flags report it. Eagerly a first diagram whose
+    ``candidates`` are wider than ``capacity`` (a Delaunay degree) starts wider.
     """
     n = seeds.shape[0]
     dev = aac.device(seeds)
@@ -71,9 +72,16 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
         if candidates is None:
             candidates = (first_candidates(xp, seeds) if previous is None
                           else neighbours(xp, previous, min(capacity, previous.labels.shape[1])))
+        if previous is None and candidates.shape[1] > capacity and not _compat.is_traced(candidates):
+            capacity = (candidates.shape[1] + 5) // 4 * 4    # a Delaunay degree above it, plus 2 box sides
         cells = clip_by(xp, seeds, psi, active, box_cells(xp, seeds, lo, hi, active, capacity), rows, candidates)
         dirty = xp.ones((n,), dtype=xp.bool, device=dev)
     cells = repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds)
     if capacity >= 1024 or not _compat.host_any(xp, cells.overflow):
         return cells
-    return power_cells(xp, seeds, psi, active, lo, hi, candidates, 2 * capacity, rounds, previous)
+    return power_cells(xp, seeds, psi, active, lo, hi, candidates, _grown(capacity), rounds, previous)
+
+
+def _grown(capacity: int) -> int:
+    """The next capacity: 1.5 times, a multiple of 4 (every slot costs time and memory)."""
+    return (3 * capacity // 2 + 3) // 4 * 4

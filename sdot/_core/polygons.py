@@ -15,7 +15,7 @@ import array_api_compat as aac
 
 from . import _compat
 
-#: Vertex capacity per cell (doubled eagerly on overflow).
+#: Vertex capacity per cell (grown eagerly on overflow).
 CAPACITY = 16
 
 
