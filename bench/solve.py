@@ -59,13 +59,18 @@ def _instrument(totals):
 
     def timed(module, name, phase, inner=()):
         fn = getattr(module, name)
+        depth = [0]                                # a recursive call (a retry) is counted once
 
         def wrapper(*args, **kwargs):
             start = time.perf_counter()
             before = {p: totals[p] for p in inner}
-            out = fn(*args, **kwargs)
-            spent = time.perf_counter() - start - sum(totals[p] - before[p] for p in inner)
-            totals[phase] += spent
+            depth[0] += 1
+            try:
+                out = fn(*args, **kwargs)
+            finally:
+                depth[0] -= 1
+            if depth[0] == 0:
+                totals[phase] += time.perf_counter() - start - sum(totals[p] - before[p] for p in inner)
             return out
         setattr(module, name, wrapper)
 
