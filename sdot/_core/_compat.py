@@ -314,7 +314,7 @@ def _regular_table(p, psi=None, active=None):
             q = p[keep] - p[keep].mean(axis=0)
             hull = ConvexHull(np.column_stack([q, np.sum(q * q, axis=1) - psi[keep]]), qhull_options="Qt")
             tri = hull.simplices[hull.equations[:, 2] <= 0]       # lower facets (vertical ones: harmless)
-    except (QhullError, ValueError):                # fewer than 4 points, all collinear...
+    except (QhullError, ValueError):                # too few points, all collinear or coplanar
         if psi is not None:
             return None
         tri = np.zeros((0, 3), np.int64)
