@@ -150,9 +150,11 @@ def while_loop(cond, body, state):
         import jax
 
         return jax.lax.while_loop(cond, body, state)
-    while bool(cond(state)):
-        state = body(state)
-    return state
+    held = [state]
+    del state
+    while bool(cond(held[0])):
+        held.append(body(held.pop()))     # only ``body`` holds the old state: it may drop it early
+    return held[0]
 
 
 def fori_loop(lower: int, upper: int, body, state):

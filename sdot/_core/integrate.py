@@ -59,8 +59,7 @@ class _Edges:
     flat index ``i V + k`` of each, ``cell`` its cell; endpoints relative to the
     seed and in grid coordinates."""
 
-    def __init__(self, xp, seeds, cells, lo, hi, grid_shape):
-        verts, count = cells.vertices, cells.count
+    def __init__(self, xp, seeds, verts, count, lo, hi, grid_shape):
         n, cap, _ = verts.shape
         dev = aac.device(verts)
         k = xp.arange(cap, dtype=xp.int64, device=dev)[None, :]
@@ -172,14 +171,22 @@ class _Grid:
         return self.lo[0] + self.dx * xp.astype(piece.ix, self.sx.dtype) - self.sx
 
 
-@_compat.jit_on_jax()
 def cell_integrals(xp, seeds, cells, density, lo, hi):
     """Per cell ``(mass, M_x, M_y, M_2)`` about the seed ``(n, 4)``, and per edge slot
     the density integrated along the edge ``(n, V)``.
 
     ``M_x = int (x - y_i) rho``, ``M_2 = int |x - y_i|^2 rho`` over the cell.
+    Eagerly in blocks of rows (:func:`._compat.blockwise`): the per-piece
+    temporaries of all edges at once would dominate the memory of a solve.
     """
-    e = _Edges(xp, seeds, cells, lo, hi, density.shape)
+    return _compat.blockwise(xp, lambda s, v, c: _cell_integrals(xp, s, v, c, density, lo, hi),
+                             seeds, cells.vertices, cells.count)
+
+
+@_compat.jit_on_jax()
+def _cell_integrals(xp, seeds, vertices, count, density, lo, hi):
+    """:func:`cell_integrals` of the cells ``(vertices, count)`` of ``seeds``."""
+    e = _Edges(xp, seeds, vertices, count, lo, hi, density.shape)
     grid = _Grid(xp, seeds, e, density.shape, lo, hi, density)
     sx = grid.sx
 
@@ -224,7 +231,7 @@ def potential_integrals(xp, seeds, cells, psi, lo, hi, density_shape):
     """
     nx, ny = density_shape
     dev = aac.device(seeds)
-    e = _Edges(xp, seeds, cells, lo, hi, density_shape)
+    e = _Edges(xp, seeds, cells.vertices, cells.count, lo, hi, density_shape)
     grid = _Grid(xp, seeds, e, density_shape, lo, hi)
     sx, w0 = grid.sx, -xp.take(psi, e.cell)
 

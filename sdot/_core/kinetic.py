@@ -52,19 +52,20 @@ def update(xp, seeds, psi, active, lo, hi, previous):
     return cells, pg.around(xp, previous, ~ok)
 
 
-@_compat.jit_on_jax()
-def _lines(xp, seeds, psi, lo, hi, labels):
-    """Line of the edge of every slot: ``u . normal = offset`` (relative to the seed),
-    ``normal`` outward; a neighbour's bisector or a side of the box."""
+def _lines(xp, seeds, psi, lo, hi, rows, labels):
+    """Line of the edge of every slot of the cells ``rows``: ``u . normal = offset``
+    (relative to the seed), ``normal`` outward; a neighbour's bisector or a side of the box."""
     n, cap = labels.shape
+    own = xp.take(seeds, rows, axis=0)
     j = xp.where(labels >= 0, labels, 0)
-    d = _compat.flat_take(seeds, j) - seeds[:, None, :]
-    offset = 0.5 * (xp.sum(d * d, axis=-1) + psi[:, None] - xp.reshape(xp.take(psi, xp.reshape(j, (-1,))), (n, cap)))
+    d = _compat.flat_take(seeds, j) - own[:, None, :]
+    offset = 0.5 * (xp.sum(d * d, axis=-1) + xp.take(psi, rows)[:, None]
+                    - xp.reshape(xp.take(psi, xp.reshape(j, (-1,))), (n, cap)))
     side = -1 - labels                                   # 0: y = lo, 1: x = hi, 2: y = hi, 3: x = lo
     zero, one = xp.zeros_like(offset), xp.ones_like(offset)
     sx = xp.where(side == 1, one, xp.where(side == 3, -one, zero))
     sy = xp.where(side == 2, one, xp.where(side == 0, -one, zero))
-    lo_rel, hi_rel = lo[None, :] - seeds, hi[None, :] - seeds    # (n, 2)
+    lo_rel, hi_rel = lo[None, :] - own, hi[None, :] - own    # (n, 2)
     side_offset = xp.where(side == 0, -lo_rel[:, 1:2], xp.where(side == 1, hi_rel[:, 0:1], xp.where(
         side == 2, hi_rel[:, 1:2], -lo_rel[:, 0:1])))
     is_seed = labels >= 0
@@ -72,7 +73,6 @@ def _lines(xp, seeds, psi, lo, hi, labels):
     return normal, xp.where(is_seed, offset, side_offset)
 
 
-@_compat.jit_on_jax()
 def _updated(xp, seeds, psi, active, lo, hi, previous):
     """Vertices from the combinatorics of ``previous``, and which cells stay valid.
 
@@ -84,29 +84,40 @@ def _updated(xp, seeds, psi, active, lo, hi, previous):
     door) shows as a reversed edge in the cells that lose it; the cells that
     gain one are among their neighbours.
     """
-    labels, count = previous.labels, previous.count
+    n = previous.count.shape[0]
+    rows = xp.arange(n, dtype=xp.int64, device=aac.device(previous.count))
+    verts, ok, flipped = _compat.blockwise(
+        xp, lambda r, lab, c, v: _moved(xp, seeds, psi, active, lo, hi, r, lab, c, v),
+        rows, previous.labels, previous.count, previous.vertices)
+    return previous._replace(vertices=verts, certified=xp.asarray(False, device=aac.device(verts))), ok, flipped
+
+
+@_compat.jit_on_jax()
+def _moved(xp, seeds, psi, active, lo, hi, rows, labels, count, old_vertices):
+    """Kernel of :func:`_updated` for the cells ``rows``: ``(vertices, ok, flipped)``."""
     n, cap = labels.shape
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(labels))[None, :]
     cnt = xp.maximum(count, 1)[:, None]
     valid = k < count[:, None]
-    normal, offset = _lines(xp, seeds, psi, lo, hi, labels)
+    normal, offset = _lines(xp, seeds, psi, lo, hi, rows, labels)
     prev = (k - 1 + cnt) % cnt
     n_a, o_a = gather(normal, prev), gather(offset, prev)
     det = n_a[..., 0] * normal[..., 1] - n_a[..., 1] * normal[..., 0]
     safe = xp.where(det > 0, det, 1.0)
     vx = (o_a * normal[..., 1] - offset * n_a[..., 1]) / safe
     vy = (n_a[..., 0] * offset - normal[..., 0] * o_a) / safe
-    verts = xp.where(valid[..., None], xp.stack([vx, vy], axis=-1), previous.vertices)
+    verts = xp.where(valid[..., None], xp.stack([vx, vy], axis=-1), old_vertices)
     scale = xp.max(xp.where(valid, xp.abs(vx) + xp.abs(vy), 0.0), axis=1, keepdims=True)
     tol = 64.0 * xp.finfo(verts.dtype).eps * (scale + 1.0) * (scale + 1.0)
     nxt = gather(verts, (k + 1) % cnt)
     along = (nxt[..., 0] - vx) * -normal[..., 1] + (nxt[..., 1] - vy) * normal[..., 0]
-    lo_rel, hi_rel = (lo[None, :] - seeds)[:, None, :], (hi[None, :] - seeds)[:, None, :]
+    own = xp.take(seeds, rows, axis=0)
+    lo_rel, hi_rel = (lo[None, :] - own)[:, None, :], (hi[None, :] - own)[:, None, :]
     inside = xp.all((verts >= lo_rel - tol[..., None]) & (verts <= hi_rel + tol[..., None]), axis=-1)
     good = (det > 0) & (along >= -tol) & inside
-    ok = xp.all(good | ~valid, axis=1) & ((count >= 3) | ~active)
+    ok = xp.all(good | ~valid, axis=1) & ((count >= 3) | ~xp.take(active, rows))
     flipped = valid & (labels >= 0) & (along < -tol)
-    return previous._replace(vertices=verts, certified=xp.asarray(False, device=aac.device(labels))), ok, flipped
+    return verts, ok, flipped
 
 
 def flip_partners(xp, labels, count, flipped, width: int):
@@ -117,27 +128,35 @@ def flip_partners(xp, labels, count, flipped, width: int):
     of the dual edge ``ij`` creates the edge ``pq``, so ``p`` gains ``q`` and
     ``q`` gains ``p``. Eagerly only the flipped slots are sorted.
     """
-    gainer, gained = _flip_pairs(xp, labels, count, flipped)
-    if not _compat.is_traced(gainer):
-        ok = gainer < labels.shape[0]
-        size = _compat.capacity(xp, xp.sum(xp.astype(ok, xp.int64)), ok, ok.shape[0])
-        idx, _ = _compat.select(xp, ok, max(size, 1))
-        gainer, gained = xp.take(gainer, idx), xp.take(gained, idx)
+    n = labels.shape[0]
+    if _compat.is_traced(labels, flipped):
+        gainer, gained, ok = _flip_pairs(xp, labels, count, flipped)
+        gainer = xp.where(ok, gainer, n)
+    else:                                   # in blocks: the (n, 4 V) pairs would dominate the memory
+        gainer, gained = _compat.blockwise(xp, lambda *a: _flipped_pairs(xp, n, *a), labels, count, flipped)
     return _pack_pairs(xp, gainer, gained, labels[:, 0], width)
+
+
+def _flipped_pairs(xp, n, labels, count, flipped):
+    """The ``(gainer, gained)`` pairs of the flipped slots (eager), at least one;
+    gainer ``n`` on padding."""
+    gainer, gained, ok = _flip_pairs(xp, labels, count, flipped)
+    idx, valid = _compat.select(xp, ok, max(_compat.capacity(xp, xp.sum(xp.astype(ok, xp.int64)), ok, ok.shape[0]), 1))
+    return xp.where(valid, xp.take(gainer, idx), n), xp.take(gained, idx)
 
 
 @_compat.jit_on_jax()
 def _flip_pairs(xp, labels, count, flipped):
-    """Flat ``(gainer, gained)`` of every slot, twice; gainer ``n`` where no flip."""
+    """Flat ``(gainer, gained, ok)`` of every slot, twice (``ok`` where a flip)."""
     n, cap = labels.shape
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(labels))[None, :]
     cnt = xp.maximum(count, 1)[:, None]
     p, q = gather(labels, (k - 1 + cnt) % cnt), gather(labels, (k + 1) % cnt)
     ok = flipped & (p >= 0) & (q >= 0) & (p != q)
     ok = xp.reshape(xp.concat([ok, ok], axis=1), (-1,))
-    gainer = xp.where(ok, xp.reshape(xp.concat([p, q], axis=1), (-1,)), n)
+    gainer = xp.reshape(xp.concat([p, q], axis=1), (-1,))
     gained = xp.where(ok, xp.reshape(xp.concat([q, p], axis=1), (-1,)), 0)
-    return gainer, gained
+    return gainer, gained, ok
 
 
 @_compat.jit_on_jax("width")

@@ -198,15 +198,12 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
             t, _, _, ok = state
             return ~ok & (t > min_step)
 
-        new, err_t, ok = trial(t1)
-
         def loop_body(state):
-            t, _, _, _ = state
-            t = 0.5 * t
-            new, err_t, ok = trial(t)
-            return t, new, err_t, ok
+            t = 0.5 * state[0]
+            del state                   # eagerly, the rejected diagram is freed before the next one
+            return (t,) + trial(t)
 
-        t, new, err_t, _ = _compat.while_loop(cond, loop_body, (t1, new, err_t, ok))
+        t, new, err_t, _ = _compat.while_loop(cond, loop_body, (t1,) + trial(t1))
         return psi + t * d, new, err_t, t
 
     def cond(state):

@@ -54,9 +54,8 @@ def repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds: int = ROUNDS):
     def work(state):
         cells, dirty, mode, _ = state
         rows, valid = _compat.select(xp, dirty, pg.budget(xp, dirty))
-        sub = pg.take_rows(xp, cells, rows)
-        cut = _compat.cond(mode == 2, lambda: exact_cutters(xp, seeds, psi, active, sub, rows),
-                           lambda: local_cutters(xp, seeds, psi, active, sub, rows, table(xp, cells, TABLE_WIDTH)))
+        cut = _compat.cond(mode == 2, lambda: exact_cutters(xp, seeds, psi, active, cells, rows),
+                           lambda: local_cutters(xp, seeds, psi, active, cells, rows, table(xp, cells, TABLE_WIDTH)))
         cut = xp.where(valid[:, None], cut, -1)
         left = dirty & ~pg.mask_of(xp, rows, valid, n)
         found = pg.any_true(xp, cut >= 0)
@@ -89,23 +88,26 @@ def table(xp, cells, width=None):
 
 
 def local_cutters(xp, seeds, psi, active, cells, rows, table):
-    """For each vertex of the cells ``rows``, a local seed that cuts it, or -1.
+    """For each vertex of the cells ``rows`` (m,), a local seed that cuts it, or -1: (m, V).
 
     Vertex ``k`` of cell ``i`` is where the edges shared with cells ``j``
     (incoming) and ``g`` (outgoing) meet; the candidates are the neighbours of
     ``j`` and of ``g``: their rows of ``table`` (n, W).
     """
-    incoming, outgoing, valid = _vertex_neighbours(xp, cells)
-    return _per_vertex(xp, cells, rows, valid, lambda u, row, idx: _best_cutter(
-        xp, seeds, psi, active, u, row, xp.concat([_compat.flat_take(table, xp.take(incoming, idx)),
-                                                   _compat.flat_take(table, xp.take(outgoing, idx))], axis=1)))
+    def block(rows):
+        sub = pg.take_rows(xp, cells, rows)
+        incoming, outgoing, valid = _vertex_neighbours(xp, sub.labels, sub.count)
+        return _per_vertex(xp, sub, rows, valid, lambda u, row, idx: _best_cutter(
+            xp, seeds, psi, active, u, row, xp.concat([_compat.flat_take(table, xp.take(incoming, idx)),
+                                                       _compat.flat_take(table, xp.take(outgoing, idx))], axis=1)))
+    return _compat.blockwise(xp, block, rows)
 
 
 @_compat.jit_on_jax()
-def _vertex_neighbours(xp, cells):
+def _vertex_neighbours(xp, lab, count):
     """Flat ``(m V,)`` neighbours across the incoming and the outgoing edge of each
-    vertex (a box side is replaced by the other one), and whether one exists."""
-    lab, count = cells.labels, cells.count
+    vertex of the cells ``(labels, count)`` (a box side is replaced by the other
+    one), and whether one exists."""
     m, cap = lab.shape
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(lab))[None, :]
     cnt = xp.maximum(count, 1)[:, None]
@@ -157,7 +159,7 @@ def _best_cutter(xp, seeds, psi, active, u, row, cand):
 
 
 def exact_cutters(xp, seeds, psi, active, cells, rows):
-    """For every vertex of the cells ``rows``, a seed that cuts it off, or -1.
+    """For every vertex of the cells ``rows`` (m,), a seed that cuts it off, or -1: (m, V).
 
     Eagerly on the host, the candidates of cell i are its neighbours in the
     regular triangulation (:func:`._compat.regular_neighbours`): the true cell is
@@ -165,6 +167,7 @@ def exact_cutters(xp, seeds, psi, active, cells, rows):
     cuts is exact. Otherwise, and for hidden seeds, the seed of least power at
     the vertex: a nearest-neighbour query among lifted seeds (:func:`lifted`).
     """
+    cells = pg.take_rows(xp, cells, rows)
     m, cap = cells.labels.shape
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(rows))[None, :]
     valid = xp.reshape(k < cells.count[:, None], (-1,))
@@ -199,9 +202,15 @@ def lifted(xp, seeds, psi, active):
 
 
 def _clip_rows(xp, seeds, psi, active, cells, rows, cut):
-    """``cells`` with the cells ``rows`` clipped by their cutters ``cut`` (m, V)."""
-    width = 4 if _compat.is_traced(cut) else max(
-        _compat.to_int(xp.max(xp.sum(xp.astype(cut >= 0, xp.int64), axis=1))), 1)
+    """``cells`` with the cells ``rows`` clipped by their cutters ``cut`` (m, V);
+    eagerly only the rows that have one."""
+    if _compat.is_traced(cut):
+        width = 4
+    else:
+        has = xp.any(cut >= 0, axis=1)
+        pick, _ = _compat.select(xp, has, max(_compat.capacity(xp, xp.sum(xp.astype(has, xp.int64)), has), 1))
+        rows, cut = xp.take(rows, pick), xp.take(cut, pick, axis=0)
+        width = max(_compat.to_int(xp.max(xp.sum(xp.astype(cut >= 0, xp.int64), axis=1))), 1)
     sub = clip_by(xp, seeds, psi, active, pg.take_rows(xp, cells, rows), rows, _first_columns(xp, cut, width))
     return pg.put_rows(xp, cells, rows, sub)
 
