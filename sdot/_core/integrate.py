@@ -67,8 +67,8 @@ class _Edges:
         if _compat.is_traced(verts, count):
             slot = xp.arange(n * cap, dtype=xp.int64, device=dev)
         else:
-            slot, valid = _compat.select(xp, valid, _compat.capacity(
-                xp, xp.sum(xp.astype(valid, xp.int64)), valid, n * cap))
+            slot, valid = _compat.select(xp, valid, max(_compat.capacity(   # >= 1: a block may have no edge
+                xp, xp.sum(xp.astype(valid, xp.int64)), valid, n * cap), 1))
         self.n, self.cap, self.slot, self.valid = n, cap, slot, valid
         self.cell = slot // cap
         k = slot % cap

@@ -29,6 +29,8 @@ def update(xp, seeds, psi, active, lo, hi, previous):
     """
     n = seeds.shape[0]
     cells, ok, flipped = _updated(xp, seeds, psi, active, lo, hi, previous)
+    # own copies (the vertices are new): written in place here and by the repair
+    cells = cells._replace(**{f: xp.asarray(getattr(cells, f), copy=True) for f in ("labels", "count", "overflow")})
     previous_neighbours = table(xp, previous)
     cap = previous.labels.shape[1]
 
@@ -43,7 +45,7 @@ def update(xp, seeds, psi, active, lo, hi, previous):
             redone = clip_by(xp, seeds, psi, active, start, rows,
                              xp.where(valid[:, None], xp.take(candidates, rows, axis=0), -1))
             redone = pg.keep_rows(xp, valid, redone, pg.take_rows(xp, cells, rows))
-            return pg.put_rows(xp, cells, rows, redone), left & ~pg.mask_of(xp, rows, valid, n)
+            return pg.write_rows(xp, cells, rows, redone), left & ~pg.mask_of(xp, rows, valid, n)
         return _compat.while_loop(lambda state: pg.any_true(xp, state[1]), body, (cells, mask))[0]
 
     cells = reclip(cells, ~ok, previous_neighbours, True)

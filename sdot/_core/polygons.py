@@ -140,11 +140,18 @@ def clip_by(xp, seeds, psi, active, cells, rows, candidates):
     """Clip the cells of seeds ``rows`` (m,) by the columns of ``candidates`` (m, K).
 
     Eagerly each column only clips the cells it cuts (most candidates beyond
-    the first few cut nothing).
+    the first few cut nothing), in blocks of rows.
     """
     if _compat.is_traced(cells.vertices, candidates, psi, seeds):
         return _compat.fori_loop(0, candidates.shape[1], lambda c, x: _clip_column(
             xp, seeds, psi, active, x, rows, _compat.column(candidates, c)), cells)
+    fields = _compat.blockwise(xp, lambda *a: _clip_block(xp, seeds, psi, active, Cells(*a[:4], None), *a[4:]),
+                               cells.vertices, cells.labels, cells.count, cells.overflow, rows, candidates)
+    return Cells(*fields, cells.certified)
+
+
+def _clip_block(xp, seeds, psi, active, cells, rows, candidates):
+    """Eager :func:`clip_by` of a block: ``(vertices, labels, count, overflow)``."""
     cells = take_rows(xp, cells, xp.arange(rows.shape[0], dtype=xp.int64,
                                             device=aac.device(rows)))      # own copy, written in place
     for c in range(candidates.shape[1]):
@@ -157,9 +164,8 @@ def clip_by(xp, seeds, psi, active, cells, rows, candidates):
         idx, ok = _compat.select(xp, hit, size)
         sub = _clip_column(xp, seeds, psi, active, take_rows(xp, cells, idx), xp.take(rows, idx),
                            xp.where(ok, xp.take(j, idx), -1))
-        cells = cells._replace(**{f: _compat.put_rows(xp, getattr(cells, f), idx, getattr(sub, f))
-                                  for f in ("vertices", "labels", "count", "overflow")})
-    return cells
+        cells = write_rows(xp, cells, idx, sub)
+    return cells.vertices, cells.labels, cells.count, cells.overflow
 
 
 @_compat.jit_on_jax()
@@ -210,6 +216,13 @@ def take_rows(xp, cells, rows):
 @_compat.jit_on_jax()
 def put_rows(xp, cells, rows, sub):
     return cells._replace(**{f: _compat.set_rows(xp, getattr(cells, f), rows, getattr(sub, f))
+                             for f in ("vertices", "labels", "count", "overflow")})
+
+
+def write_rows(xp, cells, rows, sub):
+    """:func:`put_rows` in place where the framework allows it (NumPy, torch):
+    only for cells whose arrays nothing else holds."""
+    return cells._replace(**{f: _compat.put_rows(xp, getattr(cells, f), rows, getattr(sub, f))
                              for f in ("vertices", "labels", "count", "overflow")})
 
 

@@ -37,6 +37,7 @@ class _RepairState(NamedTuple):
 def repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds: int = ROUNDS):
     """Clip cells by their cutters until the area certificate holds.
 
+    ``cells`` must be the solver's own: eagerly they are written in place.
     Each round tests dirty cells (eagerly all of them, traced a block of
     :func:`.polygons.budget` rows) for local cutters, clips them, and marks dirty what
     changed: those cells, their cutters and their neighbours. When no dirty
@@ -212,7 +213,7 @@ def _clip_rows(xp, seeds, psi, active, cells, rows, cut):
         rows, cut = xp.take(rows, pick), xp.take(cut, pick, axis=0)
         width = max(_compat.to_int(xp.max(xp.sum(xp.astype(cut >= 0, xp.int64), axis=1))), 1)
     sub = clip_by(xp, seeds, psi, active, pg.take_rows(xp, cells, rows), rows, _first_columns(xp, cut, width))
-    return pg.put_rows(xp, cells, rows, sub)
+    return pg.write_rows(xp, cells, rows, sub)      # the cells being repaired are the solver's own
 
 
 @_compat.jit_on_jax("width")
