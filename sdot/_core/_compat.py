@@ -20,7 +20,7 @@ __all__ = [
     "segment_sum", "while_loop", "fori_loop", "cond", "tree_where", "column", "to_int", "to_host", "host_call",
     "is_traced", "host_any", "bucket", "capacity", "set_rows", "jit_on_jax", "knn", "nearest",
     "delaunay_neighbours", "regular_neighbours", "solve_laplacian", "conjugate_gradient", "flat_take", "blockwise", "select",
-    "put_rows",
+    "true_entries", "put_rows",
 ]
 
 
@@ -479,6 +479,13 @@ def select(xp, mask, size: int):
     """
     order = xp.argsort(xp.astype(~mask, xp.int8), stable=True)[:size]
     return order, xp.take(mask, order)
+
+
+def true_entries(xp, mask):
+    """Eagerly, :func:`select` of the true entries of the 1-d ``mask``: as many
+    indices as true entries (bucketed for JAX), at least one; ``(indices, valid)``."""
+    n = mask.shape[0]
+    return select(xp, mask, max(capacity(xp, xp.sum(xp.astype(mask, xp.int64)), mask, n), min(n, 1)))
 
 
 def set_rows(xp, x, idx, values):

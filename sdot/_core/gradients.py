@@ -85,6 +85,6 @@ def c_transform(xp, seeds, cells, psi):
 
     def body(b, out):
         idx, value = rows(b * block)
-        return _compat.set_rows(xp, out, idx, value)
+        return _compat.put_rows(xp, out, idx, value)
     out = xp.zeros((n,), dtype=seeds.dtype, device=aac.device(seeds))
     return _compat.fori_loop(0, -(-n // block), body, out)

@@ -67,8 +67,7 @@ class _Edges:
         if _compat.is_traced(verts, count):
             slot = xp.arange(n * cap, dtype=xp.int64, device=dev)
         else:
-            slot, valid = _compat.select(xp, valid, max(_compat.capacity(   # >= 1: a block may have no edge
-                xp, xp.sum(xp.astype(valid, xp.int64)), valid, n * cap), 1))
+            slot, valid = _compat.true_entries(xp, valid)     # >= 1: a block may have no edge
         self.n, self.cap, self.slot, self.valid = n, cap, slot, valid
         self.cell = slot // cap
         k = slot % cap
@@ -105,7 +104,7 @@ class _Edges:
     def per_slot(self, xp, values):
         """Per-edge ``values`` (P,) as ``(n, V)``, zero on empty slots."""
         full = xp.zeros((self.n * self.cap,), dtype=values.dtype, device=aac.device(values))
-        return xp.reshape(_compat.set_rows(xp, full, self.slot, xp.where(self.valid, values, 0.0)),
+        return xp.reshape(_compat.put_rows(xp, full, self.slot, xp.where(self.valid, values, 0.0)),
                           (self.n, self.cap))
 
 

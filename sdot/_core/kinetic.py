@@ -45,7 +45,7 @@ def update(xp, seeds, psi, active, lo, hi, previous):
             redone = clip_by(xp, seeds, psi, active, start, rows,
                              xp.where(valid[:, None], xp.take(candidates, rows, axis=0), -1))
             redone = pg.keep_rows(xp, valid, redone, pg.take_rows(xp, cells, rows))
-            return pg.write_rows(xp, cells, rows, redone), left & ~pg.mask_of(xp, rows, valid, n)
+            return pg.put_rows(xp, cells, rows, redone), left & ~pg.mask_of(xp, rows, valid, n)
         return _compat.while_loop(lambda state: pg.any_true(xp, state[1]), body, (cells, mask))[0]
 
     cells = reclip(cells, ~ok, previous_neighbours, True)
@@ -143,7 +143,7 @@ def _flipped_pairs(xp, n, labels, count, flipped):
     """The ``(gainer, gained)`` pairs of the flipped slots (eager), at least one;
     gainer ``n`` on padding."""
     gainer, gained, ok = _flip_pairs(xp, labels, count, flipped)
-    idx, valid = _compat.select(xp, ok, max(_compat.capacity(xp, xp.sum(xp.astype(ok, xp.int64)), ok, ok.shape[0]), 1))
+    idx, valid = _compat.true_entries(xp, ok)
     return xp.where(valid, xp.take(gainer, idx), n), xp.take(gained, idx)
 
 
@@ -175,5 +175,5 @@ def _pack_pairs(xp, gainer, gained, like, width: int):
     keep = first & (gainer < n) & (rank < width)
     slot = xp.where(keep, gainer * width + rank, n * width + xp.arange(m, dtype=xp.int64, device=dev))
     out = -xp.ones((n * width + m,), dtype=xp.int64, device=dev)
-    out = _compat.set_rows(xp, out, slot, xp.where(keep, gained, -1))
+    out = _compat.put_rows(xp, out, slot, xp.where(keep, gained, -1))
     return xp.reshape(out[:n * width], (n, width))

@@ -158,13 +158,12 @@ def _clip_block(xp, seeds, psi, active, cells, rows, candidates):
         j = candidates[:, c]
         hit = _compat.blockwise(xp, lambda *a: _cut_rows(xp, seeds, psi, active, *a),
                                 cells.vertices, cells.count, rows, j)
-        size = _compat.capacity(xp, xp.sum(xp.astype(hit, xp.int64)), hit, hit.shape[0])
         if not _compat.host_any(xp, hit):
             continue
-        idx, ok = _compat.select(xp, hit, size)
+        idx, ok = _compat.true_entries(xp, hit)
         sub = _clip_column(xp, seeds, psi, active, take_rows(xp, cells, idx), xp.take(rows, idx),
                            xp.where(ok, xp.take(j, idx), -1))
-        cells = write_rows(xp, cells, idx, sub)
+        cells = put_rows(xp, cells, idx, sub)
     return cells.vertices, cells.labels, cells.count, cells.overflow
 
 
@@ -213,15 +212,10 @@ def take_rows(xp, cells, rows):
                              for f in ("vertices", "labels", "count", "overflow")})
 
 
-@_compat.jit_on_jax()
 def put_rows(xp, cells, rows, sub):
-    return cells._replace(**{f: _compat.set_rows(xp, getattr(cells, f), rows, getattr(sub, f))
-                             for f in ("vertices", "labels", "count", "overflow")})
-
-
-def write_rows(xp, cells, rows, sub):
-    """:func:`put_rows` in place where the framework allows it (NumPy, torch):
-    only for cells whose arrays nothing else holds."""
+    """``cells`` with the rows ``rows`` replaced by ``sub``, in place where the framework
+    allows it (NumPy, torch; :func:`._compat.put_rows`): only for cells whose arrays
+    nothing else holds."""
     return cells._replace(**{f: _compat.put_rows(xp, getattr(cells, f), rows, getattr(sub, f))
                              for f in ("vertices", "labels", "count", "overflow")})
 

@@ -128,11 +128,10 @@ def _per_vertex(xp, cells, rows, valid, find):
     row = xp.reshape(xp.broadcast_to(rows[:, None], (m, cap)), (-1,))
     if _compat.is_traced(u, valid):
         return xp.reshape(xp.where(valid, find(u, row, xp.arange(m * cap, device=aac.device(row))), -1), (m, cap))
-    size = _compat.capacity(xp, xp.sum(xp.astype(valid, xp.int64)), valid, m * cap)
-    idx, ok = _compat.select(xp, valid, size)
+    idx, ok = _compat.true_entries(xp, valid)
     found = xp.where(ok, _compat.blockwise(xp, find, xp.take(u, idx, axis=0), xp.take(row, idx), idx), -1)
     full = -xp.ones((m * cap,), dtype=xp.int64, device=aac.device(row))
-    return xp.reshape(_compat.set_rows(xp, full, idx, found), (m, cap))
+    return xp.reshape(_compat.put_rows(xp, full, idx, found), (m, cap))
 
 
 @_compat.jit_on_jax()
@@ -209,11 +208,11 @@ def _clip_rows(xp, seeds, psi, active, cells, rows, cut):
         width = 4
     else:
         has = xp.any(cut >= 0, axis=1)
-        pick, _ = _compat.select(xp, has, max(_compat.capacity(xp, xp.sum(xp.astype(has, xp.int64)), has), 1))
+        pick, _ = _compat.true_entries(xp, has)
         rows, cut = xp.take(rows, pick), xp.take(cut, pick, axis=0)
         width = max(_compat.to_int(xp.max(xp.sum(xp.astype(cut >= 0, xp.int64), axis=1))), 1)
     sub = clip_by(xp, seeds, psi, active, pg.take_rows(xp, cells, rows), rows, _first_columns(xp, cut, width))
-    return pg.write_rows(xp, cells, rows, sub)      # the cells being repaired are the solver's own
+    return pg.put_rows(xp, cells, rows, sub)      # the cells being repaired are the solver's own
 
 
 @_compat.jit_on_jax("width")
