@@ -77,6 +77,7 @@ def _instrument(totals):
     timed(_compat, "knn", "neighbours")
     timed(_compat, "delaunay_neighbours", "neighbours")
     timed(_compat, "regular_neighbours", "neighbours")
+    timed(_compat, "regular_rings", "neighbours")
     timed(_compat, "nearest", "neighbours")
     timed(geometry, "power_cells", "cells", inner=("neighbours",))
     timed(integrate, "cell_integrals", "integrals")

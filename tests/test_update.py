@@ -57,10 +57,14 @@ def test_flip_partners_of_a_vanishing_edge(backend):
     assert gained == [set(), set(), {3}, {2}]
 
 
+@pytest.mark.parametrize("share", [0.0, 2.0], ids=["rebuilt", "kinetic"])
 @pytest.mark.parametrize("scale", [0.002, 0.02])
-def test_update_matches_scipy_after_many_flips(backend, scale):
+def test_update_matches_scipy_after_many_flips(backend, scale, share, monkeypatch):
     """Weights far from the previous ones (many flips, invalid cells): the
-    updated and repaired cells are certified and equal the reference."""
+    updated and repaired cells are certified and equal the reference, whether
+    they come from the kinetic update or (eagerly, on the host) from the
+    regular triangulation."""
+    monkeypatch.setattr(kinetic, "REBUILD_SHARE", share)
     rng = np.random.default_rng(11)
     seeds = rng.random((40, 2))
     start = cells_at(backend, seeds, np.zeros(40))
@@ -117,3 +121,32 @@ def test_exact_cutters_find_every_cut_vertex(backend):
             elif gap < 1e-12:
                 assert cut[i, k] == -1, (i, k)
     assert checked >= 20
+
+
+def test_regular_rings(eager_backend):
+    """A seed inside a hexagon has the six in counter-clockwise order, closed; a
+    hull seed lists all its neighbours, open; a seed lifted above the others'
+    hull (a weight far below theirs) is hidden; inactive seeds are left out."""
+    from sdot._core import _compat
+
+    angles = np.pi / 3 * np.arange(6) + 0.1
+    hexagon = 0.5 + 0.3 * np.stack([np.cos(angles), np.sin(angles)], 1)
+    seeds = np.concatenate([[[0.5, 0.5]], hexagon[::-1], [[0.52, 0.5], [0.9, 0.9]]])   # 0, 1..6, 7, 8
+    psi = np.zeros(9)
+    psi[7] = -0.05                        # hidden: its power exceeds seed 0's everywhere near it
+    active = np.ones(9, bool)
+    active[8] = False
+    xp = eager_backend.xp
+    found = _compat.regular_rings(xp, *(eager_backend.asarray(a) for a in (seeds, psi)),
+                                  eager_backend.asarray(active, bool))
+    if found is None:
+        assert eager_backend.name == "array_api_strict", "no host: the caller clips instead"
+        return
+    labels, count, closed = (eager_backend.to_numpy(a) for a in found)
+    assert count[7] == 0 and count[8] == 0
+    ring = list(labels[0, :count[0]])
+    assert closed[0] and sorted(ring) == [1, 2, 3, 4, 5, 6]
+    turn = np.unwrap([np.arctan2(*(seeds[j] - seeds[0])[::-1]) for j in ring + ring[:1]])
+    assert np.all(np.diff(turn) > 0), "counter-clockwise"
+    for i in range(1, 7):                 # hull seeds: the centre and their two hexagon neighbours
+        assert not closed[i] and set(labels[i, :count[i]]) == {0, 1 + i % 6, 1 + (i - 2) % 6}

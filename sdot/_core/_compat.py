@@ -10,6 +10,7 @@ This is the only module of ``sdot._core`` that may import a framework.
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
@@ -18,8 +19,8 @@ import numpy as np
 
 __all__ = [
     "segment_sum", "while_loop", "fori_loop", "cond", "tree_where", "column", "to_int", "to_host", "host_call",
-    "is_traced", "host_any", "bucket", "capacity", "set_rows", "jit_on_jax", "knn", "nearest",
-    "delaunay_neighbours", "regular_neighbours", "solve_laplacian", "conjugate_gradient", "flat_take", "blockwise", "select",
+    "is_traced", "host_any", "host_share", "bucket", "capacity", "set_rows", "jit_on_jax", "knn", "nearest",
+    "delaunay_neighbours", "regular_neighbours", "regular_rings", "solve_laplacian", "conjugate_gradient", "flat_take", "blockwise", "select",
     "true_entries", "put_rows",
 ]
 
@@ -66,6 +67,13 @@ def host_any(xp, mask) -> bool:
     return bool(xp.any(mask))
 
 
+def host_share(xp, mask) -> float:
+    """Host share of the true entries of ``mask`` in eager mode; 0 when traced."""
+    if is_traced(mask) or mask.shape[0] == 0:
+        return 0.0
+    return float(xp.sum(xp.astype(mask, xp.int64))) / mask.shape[0]
+
+
 def bucket(size: int, like) -> int:
     """Array size to allocate for ``size`` items.
 
@@ -87,22 +95,49 @@ def capacity(xp, total, like, limit=None) -> int:
 
 #: Rows per block of the eager kernels: their temporaries stay in the CPU caches.
 BLOCK = 16384
+#: Threads running the blocks of NumPy kernels (NumPy releases the GIL in its loops;
+#: torch runs its own threads).
+THREADS = min(os.cpu_count() or 1, 8)
+_pool = []
+_in_block = threading.local()
 
 
 def blockwise(xp, fn, *arrays):
     """``fn(*arrays)`` on blocks of :data:`BLOCK` rows (eager NumPy and torch),
     the results (an array or a tuple of arrays) concatenated.
 
-    Row-independent kernels only. JAX (traced or not) and array_api_strict
-    run ``fn`` once: XLA fuses the temporaries away.
+    Row-independent kernels only. NumPy blocks run on :data:`THREADS` threads
+    (a kernel called inside a block runs its blocks in that thread). JAX
+    (traced or not) and array_api_strict run ``fn`` once: XLA fuses the
+    temporaries away.
     """
     n = arrays[0].shape[0]
     if n <= BLOCK or not (aac.is_numpy_array(arrays[0]) or aac.is_torch_array(arrays[0])):
         return fn(*arrays)
-    parts = [fn(*(a[s:s + BLOCK, ...] for a in arrays)) for s in range(0, n, BLOCK)]
+    blocks = [tuple(a[s:s + BLOCK, ...] for a in arrays) for s in range(0, n, BLOCK)]
+    if THREADS > 1 and aac.is_numpy_array(arrays[0]) and not getattr(_in_block, "busy", False):
+        parts = list(_threads().map(lambda block: _run_block(fn, block), blocks))
+    else:
+        parts = [fn(*block) for block in blocks]
     if isinstance(parts[0], tuple):
         return tuple(xp.concat(p, axis=0) for p in zip(*parts))
     return xp.concat(parts, axis=0)
+
+
+def _threads():
+    if not _pool:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _pool.append(ThreadPoolExecutor(THREADS, thread_name_prefix="sdot"))
+    return _pool[0]
+
+
+def _run_block(fn, block):
+    _in_block.busy = True
+    try:
+        return fn(*block)
+    finally:
+        _in_block.busy = False
 
 
 def flat_take(x, idx):
@@ -303,25 +338,112 @@ def regular_neighbours(xp, points, weights, active):
     return None if table is None else _from_host(xp, table, points)
 
 
+def regular_rings(xp, points, weights, active):
+    """Each active point's neighbours in the regular triangulation, counter-clockwise
+    around it: ``(labels (n, W), count (n,), closed (n,))``, -1 padding.
+
+    The dual triangles of point i, in angular order, give the vertices of its
+    power cell; ``labels[i, k]`` is the neighbour across the edge from vertex k
+    to vertex k + 1 (the :mod:`.polygons` convention). ``closed``: the ring goes
+    all the way round; an open ring (a point on the hull) lists every
+    neighbour, in no useful order. Hidden and inactive points have count 0.
+    Eagerly on the host only (scipy's Qhull); None otherwise or if Qhull fails.
+    """
+    if is_traced(points, weights, active):
+        return None
+    host = [_host_view(a) for a in (points, weights, active)]
+    if any(h is None for h in host):
+        return None
+    found = _rings(*host)
+    return None if found is None else tuple(_from_host(xp, a, points) for a in found)
+
+
+def _lower_triangles(p, psi, keep, strict=False):
+    """Triangles (T, 3) of the regular triangulation of the points ``keep``: the lower
+    facets of the hull of ``(y_i, |y_i - c|^2 - psi_i)`` (Delaunay if ``psi`` is None),
+    in Morton order (Qhull is faster on spatially sorted points). ``strict``: without
+    vertical facets. Raises QhullError or ValueError on degenerate inputs."""
+    from scipy.spatial import ConvexHull, Delaunay
+
+    keep = keep[_morton_order(p[keep])]
+    if psi is None:
+        return keep[Delaunay(p[keep]).simplices]
+    q = p[keep] - p[keep].mean(axis=0)
+    hull = ConvexHull(np.column_stack([q, np.sum(q * q, axis=1) - psi[keep]]), qhull_options="Qt")
+    lower = hull.equations[:, 2] < 0 if strict else hull.equations[:, 2] <= 0
+    return keep[hull.simplices[lower]]
+
+
+def _morton_order(p):
+    """Permutation sorting the points ``p`` (m, 2) along a Z-order curve."""
+    span = np.ptp(p, axis=0)
+    grid = ((p - p.min(axis=0)) / np.where(span > 0, span, 1.0) * 65535).astype(np.uint64)
+
+    def spread(v):                                  # the 16 bits of v on the even bits
+        for shift, mask in ((8, 0x00FF00FF), (4, 0x0F0F0F0F), (2, 0x33333333), (1, 0x55555555)):
+            v = (v | (v << np.uint64(shift))) & np.uint64(mask)
+        return v
+    return np.argsort(spread(grid[:, 0]) | (spread(grid[:, 1]) << np.uint64(1)), kind="stable")
+
+
+def _rings(p, psi, active):
+    """Host :func:`regular_rings`."""
+    from scipy.spatial import QhullError
+
+    n = len(p)
+    try:
+        tri = _lower_triangles(p, psi, np.flatnonzero(active), strict=True)
+    except (QhullError, ValueError):
+        return None
+    a, b, c = p[tri[:, 0]], p[tri[:, 1]], p[tri[:, 2]]
+    cross = (b[:, 0] - a[:, 0]) * (c[:, 1] - a[:, 1]) - (b[:, 1] - a[:, 1]) * (c[:, 0] - a[:, 0])
+    tri = np.where((cross < 0)[:, None], tri[:, [0, 2, 1]], tri)         # counter-clockwise
+    seed = tri.reshape(-1)                  # each corner of each triangle: its point,
+    prv = tri[:, [1, 2, 0]].reshape(-1)     # the neighbour of its incoming edge,
+    nxt = tri[:, [2, 0, 1]].reshape(-1)     # that of its outgoing edge
+    d = 0.5 * (p[prv] + p[nxt]) - p[seed]   # inside the triangle's angle at the point
+    r = d[:, 1] / np.maximum(np.abs(d[:, 0]) + np.abs(d[:, 1]), np.finfo(d.dtype).tiny)
+    turn = np.where(d[:, 0] >= 0, r + 1.0, 3.0 - r)      # in [0, 4), increasing counter-clockwise
+    order = np.argsort(seed * 4.0 + turn)
+    seed, prv, nxt = seed[order], prv[order], nxt[order]
+    count = np.bincount(seed, minlength=n)
+    pos = np.arange(seed.size) - np.repeat(np.cumsum(count) - count, count)
+    width = int(count.max(initial=0)) + 1
+    labels = -np.ones((n, width), np.int64)
+    labels[seed, pos] = nxt
+    incoming = -np.ones((n, width), np.int64)
+    incoming[seed, pos] = prv
+    k = np.arange(width)[None, :]
+    after = np.take_along_axis(incoming, (k + 1) % np.maximum(count, 1)[:, None], axis=1)
+    closed = np.all((k >= count[:, None]) | (after == labels), axis=1) & (count >= 3)
+    # an open ring misses the neighbour of its first incoming edge: add every incoming
+    # neighbour that is no outgoing one
+    rows = np.flatnonzero(~closed & (count > 0))
+    missing = (np.all(incoming[rows, :, None] != labels[rows, None, :], axis=2)
+               & (k < count[rows, None]))
+    extra = np.cumsum(missing, axis=1) - 1 + count[rows, None]
+    grow = int(extra.max(initial=0)) + 1 - width
+    labels = np.pad(labels, ((0, 0), (0, max(grow, 0))), constant_values=-1)
+    labels[np.broadcast_to(rows[:, None], missing.shape)[missing], extra[missing]] = incoming[rows][missing]
+    count[rows] += missing.sum(axis=1)
+    width = int(count.max(initial=0))
+    return labels[:, :max(width, 1)], count.astype(np.int64), closed
+
+
 def _regular_table(p, psi=None, active=None):
     """Host neighbour table of the regular triangulation (Delaunay if ``psi`` is None)."""
-    from scipy.spatial import ConvexHull, Delaunay, QhullError
+    from scipy.spatial import QhullError
 
     n = len(p)
     keep = np.arange(n) if active is None else np.flatnonzero(active)
     try:
-        if psi is None:
-            tri = Delaunay(p[keep]).simplices
-        else:
-            q = p[keep] - p[keep].mean(axis=0)
-            hull = ConvexHull(np.column_stack([q, np.sum(q * q, axis=1) - psi[keep]]), qhull_options="Qt")
-            tri = hull.simplices[hull.equations[:, 2] <= 0]       # lower facets (vertical ones: harmless)
+        tri = _lower_triangles(p, psi, keep)         # vertical facets: harmless here
     except (QhullError, ValueError):                # too few points, all collinear or coplanar
         if psi is not None:
             return None
         tri = np.zeros((0, 3), np.int64)
-    a = keep[tri.reshape(-1)]
-    b = keep[np.roll(tri, 1, axis=1).reshape(-1)]
+    a = tri.reshape(-1)
+    b = np.roll(tri, 1, axis=1).reshape(-1)
     pairs = np.sort(np.concatenate([a * n + b, b * n + a]))
     pairs = pairs[np.concatenate([pairs[:1] >= 0, pairs[1:] != pairs[:-1]])]
     row, col = pairs // n, pairs % n

@@ -27,7 +27,7 @@ from __future__ import annotations
 import array_api_compat as aac
 
 from . import _compat
-from .kinetic import update
+from .kinetic import rebuild, update
 from .polygons import CAPACITY, box_cells, clip_by, neighbours
 from .repair import ROUNDS, repair
 
@@ -57,8 +57,10 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
 
     ``previous``: cells of the same seeds at other weights (the last Newton
     step): their combinatorics give the new vertices directly (:func:`update`).
-    Otherwise every cell is the box clipped by its ``candidates`` (n, K) (valid
-    ones, >= 0, first in each row; default the nearest seeds). Eagerly an
+    Otherwise, eagerly on the host, the cells come from the regular
+    triangulation (:func:`rebuild`); else every cell is the box clipped by its
+    ``candidates`` (n, K) (valid ones, >= 0, first in each row; default the
+    nearest seeds). Eagerly an
     overflowing vertex capacity grows 1.5 times and everything is rebuilt; under
     tracing the flags report it. Eagerly a first diagram whose
     ``candidates`` are wider than ``capacity`` (a Delaunay degree) starts wider.
@@ -68,6 +70,9 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     rows = xp.arange(n, dtype=xp.int64, device=dev)
     if previous is not None and previous.labels.shape[1] == capacity:
         cells, dirty = update(xp, seeds, psi, active, lo, hi, previous)
+    elif candidates is None and (rebuilt := rebuild(xp, seeds, psi, active, lo, hi, capacity, grow=True)) is not None:
+        cells, dirty = rebuilt
+        capacity = cells.labels.shape[1]
     else:
         if candidates is None:
             candidates = (first_candidates(xp, seeds) if previous is None

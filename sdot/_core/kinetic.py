@@ -17,6 +17,10 @@ from .repair import table
 
 #: Seeds a cell may gain by edge flips in one update (more are left to the repair).
 FLIP_WIDTH = 4
+#: Share of invalid cells above which an eager update rebuilds the cells from the
+#: regular triangulation (measured at 1e5: a rebuild costs about as much as
+#: reclipping and repairing 15% of the cells).
+REBUILD_SHARE = 0.15
 
 
 def update(xp, seeds, psi, active, lo, hi, previous):
@@ -25,10 +29,50 @@ def update(xp, seeds, psi, active, lo, hi, previous):
     Valid cells keep their combinatorics (:func:`_updated`); the invalid ones
     are clipped again by their previous neighbours (in blocks of
     :func:`.polygons.budget` rows). They and their neighbours (which may gain an edge
-    from a flip) are the first cells the repair tests.
+    from a flip) are the first cells the repair tests. Eagerly, when more than
+    :data:`REBUILD_SHARE` of the cells are invalid, the cells are rebuilt from
+    the regular triangulation instead (:func:`rebuild`), if the host can compute it.
     """
-    n = seeds.shape[0]
     cells, ok, flipped = _updated(xp, seeds, psi, active, lo, hi, previous)
+    if _compat.host_share(xp, ~ok) > REBUILD_SHARE:
+        rebuilt = rebuild(xp, seeds, psi, active, lo, hi, previous.labels.shape[1])
+        if rebuilt is not None:
+            return rebuilt
+    return _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped)
+
+
+def rebuild(xp, seeds, psi, active, lo, hi, capacity: int, grow: bool = False):
+    """Cells from the regular triangulation (:func:`._compat.regular_rings`), or None.
+
+    The ring of dual triangles around each seed gives its cell's combinatorics:
+    :func:`_updated` computes the vertices, and the cells it finds invalid (those
+    the box clips, or on the hull) are the box clipped by all their neighbours in
+    the triangulation, which is exact. None without a host, if Qhull fails, or if
+    a ring needs more than ``capacity`` slots with room for two box sides (unless
+    ``grow``: then the capacity grows to fit).
+    """
+    rings = _compat.regular_rings(xp, seeds, psi, active)
+    if rings is None:
+        return None
+    labels, count, closed = rings
+    n, width = labels.shape
+    if width + 2 > capacity:
+        if not grow:
+            return None
+        capacity = (width + 5) // 4 * 4
+    dev = aac.device(seeds)
+    pad = -xp.ones((n, capacity - width), dtype=labels.dtype, device=dev)
+    ring = pg.Cells(xp.zeros((n, capacity, 2), dtype=seeds.dtype, device=dev), xp.concat([labels, pad], axis=1),
+                    count, xp.zeros((n,), dtype=xp.bool, device=dev), xp.asarray(False, device=dev))
+    cells, ok, flipped = _updated(xp, seeds, psi, active, lo, hi, ring)
+    ok = (ok & closed) | (count == 0)           # a hidden seed has an empty cell
+    return _completed(xp, seeds, psi, active, lo, hi, ring, cells, ok, xp.zeros_like(flipped))
+
+
+def _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped):
+    """:func:`update` after :func:`_updated`: clip the invalid cells again, from the box,
+    and the cells that gain an edge by a flip; returns ``(cells, dirty)``."""
+    n = seeds.shape[0]
     # own copies (the vertices are new): written in place here and by the repair
     cells = cells._replace(**{f: xp.asarray(getattr(cells, f), copy=True) for f in ("labels", "count", "overflow")})
     previous_neighbours = table(xp, previous)

@@ -7,8 +7,10 @@ space is fixed by a tiny diagonal regulariser. Each step solves
 ``DG d = m - G`` and halves ``t`` until every cell keeps at least
 ``eps0 = min(min m, min G(psi_0)) / 2`` and
 ``|G(psi + t d) - m| <= (1 - t/2) |G(psi) - m|``. The first ``t`` of a step is
-``min(1, 4 t)`` of the last one's rather than 1: where steps must be damped they
-stay damped for a while, and each rejected trial costs a whole diagram.
+not 1 but ``min(1, 4 t)`` of the last step's, ``min(1, 1.5 t)`` if the last step
+was damped: where steps must be damped they stay damped for a while, and each
+rejected trial costs a whole diagram (measured on a Gaussian image at 1e5:
+12 steps and 21 diagrams, against 13 and 34 with ``4 t`` throughout).
 
 Exact duplicates are merged (one active representative carries the group's
 mass) and zero-mass Diracs are inactive, so every active cell has a positive
@@ -26,8 +28,10 @@ import array_api_compat as aac
 from . import _compat, geometry, integrate
 
 REGULARISATION = 1e-9
-#: The first damping trial of a step is ``min(1, GROWTH * t)``, ``t`` that of the last step.
+#: The first damping trial of a step is ``min(1, GROWTH * t)``, ``t`` that of the last
+#: step, or ``min(1, DAMPED_GROWTH * t)`` if the last step had to be damped.
 GROWTH = 4.0
+DAMPED_GROWTH = 1.5
 
 
 class Problem(NamedTuple):
@@ -147,7 +151,6 @@ def initial_weights(xp, prob, active, capacity=geometry.CAPACITY):
     shape = xp.asarray(dens.shape, dtype=prob.seeds.dtype, device=aac.device(dens))
     centre = prob.lo + (xp.astype(ij, prob.seeds.dtype) + 0.5) / shape * (prob.hi - prob.lo)
     r2 = xp.sum((prob.seeds - centre) ** 2, axis=1)
-    candidates = geometry.first_candidates(xp, prob.seeds)   # a hint for the shrunk weights too
 
     def cond(state):
         _, ev, shrink = state
@@ -157,7 +160,7 @@ def initial_weights(xp, prob, active, capacity=geometry.CAPACITY):
         _, _, shrink = state
         shrink = 2.0 * shrink
         psi = r2 * (1.0 - 1.0 / shrink)
-        return psi, evaluate(xp, prob, psi, active, candidates, capacity), shrink
+        return psi, evaluate(xp, prob, psi, active, capacity=capacity), shrink
 
     # the first round (shrink 1: psi = 0) evaluates the Voronoi diagram; before
     # it, an Evaluation of the right shapes with no mass (one copy of evaluate)
@@ -211,13 +214,14 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
         return (err > tol) & (it < max_iter)
 
     def body(state):
-        psi, ev, it, err, t = state
+        psi, ev, it, err, first = state
         _, norm0 = error(ev.moments)
         d = newton_direction(xp, prob, ev, active, targets - ev.moments[:, 0])
-        psi, ev, err, t = damped_step(psi, ev, d, norm0, xp.minimum(GROWTH * t, 1.0))
+        psi, ev, err, t = damped_step(psi, ev, d, norm0, first)
         if log is not None:
             _compat.host_call(log, it + 1, err, t)
-        return psi, ev, it + 1, err, t
+        first = xp.minimum(xp.where(t < first, DAMPED_GROWTH * t, GROWTH * t), 1.0)   # the next step's
+        return psi, ev, it + 1, err, first
 
     err0, _ = error(ev.moments)
     if log is not None:
