@@ -150,3 +150,29 @@ def test_regular_rings(eager_backend):
     assert np.all(np.diff(turn) > 0), "counter-clockwise"
     for i in range(1, 7):                 # hull seeds: the centre and their two hexagon neighbours
         assert not closed[i] and set(labels[i, :count[i]]) == {0, 1 + i % 6, 1 + (i - 2) % 6}
+
+
+def test_rebuilt_cells_keep_the_capacity_when_the_box_clips_a_wide_ring(eager_backend):
+    """Seed 0 near the bottom side has 18 neighbours in the triangulation (a ring wider
+    than 16 slots), but the box leaves its cell 11 vertices: the rebuilt cells keep
+    16 slots and equal the reference."""
+    angles = 2 * np.pi * (np.arange(18) + 0.5) / 18
+    ring = np.array([0.5, 0.004]) + 0.05 * np.stack([np.cos(angles), np.sin(angles)], 1)
+    rng = np.random.default_rng(3)
+    seeds = np.concatenate([[[0.5, 0.004]], ring, 0.1 + 0.8 * rng.random((30, 2)) * [1, 0.5] + [0, 0.4]])
+    n = len(seeds)
+    psi = np.zeros(n)
+    xp = eager_backend.xp
+
+    def run(y, w, lo, hi):
+        return kinetic.rebuild(xp, y, w, xp.ones((n,), dtype=xp.bool), lo, hi, 16)
+    out = eager_backend.run(run, *(eager_backend.asarray(a) for a in (seeds, psi, LO, HI)))
+    if out is None:
+        assert eager_backend.name == "array_api_strict", "no host: the caller clips instead"
+        return
+    cells = out[0]
+    assert cells.labels.shape[1] == 16
+    refs = [reference_cell(seeds, psi, i) for i in range(n)]
+    assert len([j for j in refs[0]["facets"] if j >= 0]) < 16 - 2
+    expected = np.array([0.0 if r is None else r["area"] for r in refs])
+    np.testing.assert_allclose(areas(eager_backend, cells), expected, atol=1e-12)

@@ -96,8 +96,8 @@ def capacity(xp, total, like, limit=None) -> int:
 #: Rows per block of the eager kernels: their temporaries stay in the CPU caches.
 BLOCK = 16384
 #: Threads running the blocks of NumPy kernels (NumPy releases the GIL in its loops;
-#: torch runs its own threads).
-THREADS = min(os.cpu_count() or 1, 8)
+#: torch runs its own threads): ``SDOT_NUM_THREADS``, default the cores, at most 8.
+THREADS = max(1, int(os.environ.get("SDOT_NUM_THREADS", min(os.cpu_count() or 1, 8))))
 _pool = []
 _in_block = threading.local()
 

@@ -47,26 +47,30 @@ def rebuild(xp, seeds, psi, active, lo, hi, capacity: int, grow: bool = False):
     The ring of dual triangles around each seed gives its cell's combinatorics:
     :func:`_updated` computes the vertices, and the cells it finds invalid (those
     the box clips, or on the hull) are the box clipped by all their neighbours in
-    the triangulation, which is exact. None without a host, if Qhull fails, or if
-    a ring needs more than ``capacity`` slots with room for two box sides (unless
-    ``grow``: then the capacity grows to fit).
+    the triangulation, which is exact. The cells have ``capacity`` slots; with
+    ``grow``, at least their largest vertex count plus 2 (the box clips the
+    widest rings, of seeds near its sides). None without a host, if Qhull fails,
+    or if a cell needs more than ``capacity`` slots (without ``grow``).
     """
     rings = _compat.regular_rings(xp, seeds, psi, active)
     if rings is None:
         return None
     labels, count, closed = rings
     n, width = labels.shape
-    if width + 2 > capacity:
-        if not grow:
-            return None
-        capacity = (width + 5) // 4 * 4
+    slots = max(capacity, (width + 3) // 4 * 4)
     dev = aac.device(seeds)
-    pad = -xp.ones((n, capacity - width), dtype=labels.dtype, device=dev)
-    ring = pg.Cells(xp.zeros((n, capacity, 2), dtype=seeds.dtype, device=dev), xp.concat([labels, pad], axis=1),
+    pad = -xp.ones((n, slots - width), dtype=labels.dtype, device=dev)
+    ring = pg.Cells(xp.zeros((n, slots, 2), dtype=seeds.dtype, device=dev), xp.concat([labels, pad], axis=1),
                     count, xp.zeros((n,), dtype=xp.bool, device=dev), xp.asarray(False, device=dev))
     cells, ok, flipped = _updated(xp, seeds, psi, active, lo, hi, ring)
     ok = (ok & closed) | (count == 0)           # a hidden seed has an empty cell
-    return _completed(xp, seeds, psi, active, lo, hi, ring, cells, ok, xp.zeros_like(flipped))
+    cells, dirty = _completed(xp, seeds, psi, active, lo, hi, ring, cells, ok, xp.zeros_like(flipped))
+    largest = _compat.to_int(xp.max(cells.count))
+    if grow:
+        capacity = max(capacity, (largest + 5) // 4 * 4)
+    elif largest > capacity:
+        return None
+    return pg.take_columns(xp, cells, capacity), dirty
 
 
 def _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped):

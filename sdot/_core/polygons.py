@@ -212,6 +212,14 @@ def take_rows(xp, cells, rows):
                              for f in ("vertices", "labels", "count", "overflow")})
 
 
+def take_columns(xp, cells, capacity: int):
+    """``cells`` with their first ``capacity`` vertex slots (no cell may have more vertices)."""
+    if cells.labels.shape[1] == capacity:
+        return cells
+    return cells._replace(vertices=xp.asarray(cells.vertices[:, :capacity, :], copy=True),
+                          labels=xp.asarray(cells.labels[:, :capacity], copy=True))
+
+
 def put_rows(xp, cells, rows, sub):
     """``cells`` with the rows ``rows`` replaced by ``sub``, in place where the framework
     allows it (NumPy, torch; :func:`._compat.put_rows`): only for cells whose arrays
