@@ -55,3 +55,38 @@ def test_pcg_reports_failure(jitter):
     assert x is None
     x, it = _compat._pcg(mat, b, lambda r: r, 1e-10, 2000)
     assert it < 2000 and np.linalg.norm(mat @ x - b) <= 1e-10 * np.linalg.norm(b)
+
+
+@pytest.mark.parametrize("rtol", [1e-4, 1e-10])
+def test_solve_meets_the_requested_residual(backend, rtol):
+    """``solve_laplacian`` honours ``rtol`` on every backend: ``|b - A x| <= rtol |b|``
+    (a fresh factorisation is exact; a reused one, or the conjugate gradient
+    without a host, stops at ``rtol``)."""
+    rng = np.random.default_rng(2)
+    rows, cols, w, diag = laplacian(rng, 400, 1.0)
+    b = rng.standard_normal(400)
+    mat = dense(rows, cols, w, diag)
+    xp = backend.xp
+    rc = [backend.asarray(a, np.int64) for a in (rows, cols)]
+    _compat.solve_laplacian(xp, *rc, *(backend.asarray(a) for a in (w, diag, b)))  # factors to reuse
+    w2 = w * (1.0 + 0.2 * rng.random(w.size))
+    w2 = np.concatenate([w2[:w.size // 2], w2[:w.size // 2]])
+    diag2 = np.bincount(rows, weights=w2, minlength=400) + 1e-3
+    mat = dense(rows, cols, w2, diag2)
+
+    def run(r, c, weights, d, rhs, tol):
+        return _compat.solve_laplacian(xp, r, c, weights, d, rhs, tol)
+    x = backend.to_numpy(backend.run(run, *rc, *(backend.asarray(a) for a in (w2, diag2, b, np.float64(rtol)))))
+    assert np.linalg.norm(b - mat @ x) <= rtol * np.linalg.norm(b) * (1 + 1e-6)
+    if rtol == 1e-4:
+        assert np.linalg.norm(b - mat @ x) > 1e-10 * np.linalg.norm(b), "a loose tolerance saves iterations"
+
+
+def test_newton_solves_to_a_tenth_of_the_tolerance():
+    """The Newton direction's residual adds at most ``tol / 10`` to the masses' error:
+    ``rtol = 0.1 tol / |m - G|``, within the bounds."""
+    import array_api_compat.numpy as xp
+    from sdot._core import newton
+
+    rtol = [float(newton._linear_rtol(xp, 1e-8, xp.asarray(norm))) for norm in (1e-2, 1.0, 1e-7, 1e3)]
+    assert rtol == pytest.approx([1e-7, 1e-9, 1e-5, 1e-10], rel=1e-12)

@@ -476,19 +476,22 @@ def _knn_brute_force(xp, points, k, queries):
 
 
 # --------------------------------------------------------------- linear solve
-def solve_laplacian(xp, rows, cols, weights, diag, rhs):
+def solve_laplacian(xp, rows, cols, weights, diag, rhs, rtol=None):
     """Solve ``(D - W) x = rhs`` for a sparse symmetric weighted Laplacian.
 
     ``W[rows, cols] += weights`` (entries may repeat), ``D = diag`` (already
-    including the gauge regulariser). On the host, in FP64: conjugate gradient
+    including the gauge regulariser), to a relative residual ``rtol`` (a 0-d
+    array; default :data:`CG_RTOL`). On the host, in FP64: conjugate gradient
     preconditioned by the sparse LU factors of the last matrix of the same size
     (successive Newton matrices differ little), or, when that does not reach
-    a relative residual of :data:`CG_RTOL` in :data:`CG_MAX_ITER` iterations, a
-    new factorisation (scipy's SuperLU in symmetric mode), kept for the next
-    solve. Jacobi-preconditioned conjugate gradient in pure array API where
-    the host is not reachable.
+    ``rtol`` in :data:`CG_MAX_ITER` iterations, a new factorisation (scipy's
+    SuperLU in symmetric mode), kept for the next solve. Jacobi-preconditioned
+    conjugate gradient in pure array API where the host is not reachable.
     """
-    def host(r, c, w, d, b):
+    if rtol is None:
+        rtol = xp.asarray(CG_RTOL, dtype=rhs.dtype, device=aac.device(rhs))
+
+    def host(r, c, w, d, b, tol):
         import scipy.sparse as sp
 
         n = d.shape[0]
@@ -496,12 +499,12 @@ def solve_laplacian(xp, rows, cols, weights, diag, rhs):
         mat = sp.csr_matrix(
             (np.concatenate([-w.astype(np.float64), d.astype(np.float64)]),
              (np.concatenate([r, ar]), np.concatenate([c, ar]))), shape=(n, n))
-        return _factor_cache.solve(mat, b.astype(np.float64))
-    out = _host_callback(xp, host, tuple(rhs.shape), _numpy_dtype(rhs), rows, cols, weights, diag, rhs)
-    return _solve_cg(xp, rows, cols, weights, diag, rhs) if out is None else out
+        return _factor_cache.solve(mat, b.astype(np.float64), float(tol))
+    out = _host_callback(xp, host, tuple(rhs.shape), _numpy_dtype(rhs), rows, cols, weights, diag, rhs, rtol)
+    return _solve_cg(xp, rows, cols, weights, diag, rhs, rtol) if out is None else out
 
 
-#: Relative residual of the host solves that reuse an old factorisation.
+#: Default relative residual of the conjugate gradients.
 CG_RTOL = 1e-10
 #: Iterations allowed before a new factorisation.
 CG_MAX_ITER = 40
@@ -518,16 +521,16 @@ class _FactorCache:
         self.lu, self.factorisations, self.reuses = None, 0, 0
         self.lock = threading.Lock()
 
-    def solve(self, mat, b):
+    def solve(self, mat, b, rtol=None):
         with self.lock:
-            return self._solve(mat, b)
+            return self._solve(mat, b, CG_RTOL if rtol is None else rtol)
 
-    def _solve(self, mat, b):
+    def _solve(self, mat, b, rtol):
         from scipy.sparse.linalg import splu
 
         lu, self.lu = self.lu, None
         if lu is not None and lu.shape == mat.shape:
-            x, iterations = _pcg(mat, b, lu.solve, CG_RTOL, CG_MAX_ITER)
+            x, iterations = _pcg(mat, b, lu.solve, rtol, CG_MAX_ITER)
             if x is not None:
                 self.reuses += 1
                 if iterations <= CG_REFRESH:    # else the factors have aged: new ones next time
@@ -556,7 +559,7 @@ def _numpy_dtype(x):
     return np.float32 if "float32" in str(x.dtype) else np.float64
 
 
-def _solve_cg(xp, rows, cols, weights, diag, rhs, rtol=1e-13, max_iter=None):
+def _solve_cg(xp, rows, cols, weights, diag, rhs, rtol, max_iter=None):
     n = rhs.shape[0]
 
     def matvec(x):

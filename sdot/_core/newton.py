@@ -32,6 +32,8 @@ REGULARISATION = 1e-9
 #: step, or ``min(1, DAMPED_GROWTH * t)`` if the last step had to be damped.
 GROWTH = 4.0
 DAMPED_GROWTH = 1.5
+#: Bounds of the relative residual of the linear solves (see :func:`_linear_rtol`).
+LINEAR_RTOL = (1e-10, 1e-5)
 
 
 class Problem(NamedTuple):
@@ -94,8 +96,9 @@ def evaluate(xp, prob, psi, active, candidates=None, capacity=geometry.CAPACITY,
     return Evaluation(cells, moments, facet)
 
 
-def newton_direction(xp, prob, ev, active, rhs):
-    """Solve ``DG d = rhs`` (sparse, regularised weighted Laplacian), in the gauge mean(d) = 0.
+def newton_direction(xp, prob, ev, active, rhs, rtol=None):
+    """Solve ``DG d = rhs`` (sparse, regularised weighted Laplacian), in the gauge mean(d) = 0,
+    to a relative residual ``rtol`` (see :func:`._compat.solve_laplacian`).
 
     ``DG`` is singular along constants: the part of ``rhs`` along them (its
     mean, which is rounding error since both mass vectors sum to the same
@@ -104,7 +107,7 @@ def newton_direction(xp, prob, ev, active, rhs):
     huge constant shift of the weights, which costs FP32 all its precision.
     """
     rows, cols, w, diag, rhs = _laplacian(xp, prob.seeds, ev.cells, ev.facet, active, rhs)
-    d = _compat.solve_laplacian(xp, rows, cols, w, diag, rhs)
+    d = _compat.solve_laplacian(xp, rows, cols, w, diag, rhs, rtol)
     return _centred(xp, d, active)
 
 
@@ -216,7 +219,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
     def body(state):
         psi, ev, it, err, first = state
         _, norm0 = error(ev.moments)
-        d = newton_direction(xp, prob, ev, active, targets - ev.moments[:, 0])
+        d = newton_direction(xp, prob, ev, active, targets - ev.moments[:, 0], _linear_rtol(xp, tol, norm0))
         psi, ev, err, t = damped_step(psi, ev, d, norm0, first)
         if log is not None:
             _compat.host_call(log, it + 1, err, t)
@@ -231,6 +234,14 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
     psi, ev, it, err, _ = _compat.while_loop(cond, body, (psi, ev, it0, err0, t0))
     sound = ev.cells.certified & ~xp.any(ev.cells.overflow)
     return Solution(psi, ev, err, it, (err <= tol) & sound)
+
+
+def _linear_rtol(xp, tol, norm):
+    """Relative residual of a Newton solve: the residual ``r`` of ``DG d = rhs`` adds
+    ``r`` to the next masses' error, so ``|r| <= 0.1 tol`` (with ``|rhs|`` the
+    Euclidean ``norm`` of the mass error) keeps it a tenth of the tolerance; between
+    the bounds :data:`LINEAR_RTOL`."""
+    return xp.clip(0.1 * tol / xp.where(norm > 0, norm, 1.0), LINEAR_RTOL[0], LINEAR_RTOL[1])
 
 
 @_compat.jit_on_jax()
