@@ -3,8 +3,8 @@
 One row per (target, N, backend), each run in a fresh process (clean peak
 memory, no shared caches): Newton steps, final residual (max absolute
 cell-mass error, masses normalised to 1), W2^2, wall time of one solve from
-the Voronoi start, peak resident memory, and where the time went (nearest
-neighbours on the host, cells, integrals, linear solves; eager backends only:
+the Voronoi start, peak resident memory, and where the time went (neighbour
+queries and triangulations on the host, cells, integrals, linear solves; eager backends only:
 JAX runs the whole solve as one compiled program). JAX is timed after a
 warm-up solve of the same shapes (its compile time is printed apart).
 

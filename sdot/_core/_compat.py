@@ -329,12 +329,7 @@ def regular_neighbours(xp, points, weights, active):
     can cut it. Rows of hidden (empty-celled) and inactive points are all -1.
     Eagerly on the host only (scipy's Qhull); None otherwise or if Qhull fails.
     """
-    if is_traced(points, weights, active):
-        return None
-    host = [_host_view(a) for a in (points, weights, active)]
-    if any(h is None for h in host):
-        return None
-    table = _regular_table(*host)
+    table = _on_host(_regular_table, points, weights, active)
     return None if table is None else _from_host(xp, table, points)
 
 
@@ -349,13 +344,16 @@ def regular_rings(xp, points, weights, active):
     neighbour, in no useful order. Hidden and inactive points have count 0.
     Eagerly on the host only (scipy's Qhull); None otherwise or if Qhull fails.
     """
-    if is_traced(points, weights, active):
-        return None
-    host = [_host_view(a) for a in (points, weights, active)]
-    if any(h is None for h in host):
-        return None
-    found = _rings(*host)
+    found = _on_host(_rings, points, weights, active)
     return None if found is None else tuple(_from_host(xp, a, points) for a in found)
+
+
+def _on_host(fn, *args):
+    """``fn`` on NumPy views of the concrete CPU arrays ``args`` (eagerly), else None."""
+    if is_traced(*args):
+        return None
+    host = [_host_view(a) for a in args]
+    return None if any(h is None for h in host) else fn(*host)
 
 
 def _lower_triangles(p, psi, keep, strict=False):
