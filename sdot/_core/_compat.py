@@ -20,7 +20,8 @@ import numpy as np
 __all__ = [
     "segment_sum", "while_loop", "fori_loop", "cond", "tree_where", "column", "to_int", "to_host", "host_call",
     "is_traced", "host_any", "host_share", "bucket", "capacity", "set_rows", "jit_on_jax", "knn", "nearest",
-    "delaunay_neighbours", "regular_neighbours", "regular_rings", "solve_laplacian", "conjugate_gradient", "flat_take", "blockwise", "select",
+    "delaunay_neighbours", "regular_neighbours", "regular_rings", "solve_laplacian", "conjugate_gradient",
+    "flat_take", "blockwise", "select",
     "true_entries", "put_rows",
 ]
 
@@ -406,7 +407,7 @@ def _rings(p, psi, active):
     seed, prv, nxt = seed[order], prv[order], nxt[order]
     count = np.bincount(seed, minlength=n)
     pos = np.arange(seed.size) - np.repeat(np.cumsum(count) - count, count)
-    width = int(count.max(initial=0)) + 1
+    width = max(int(count.max(initial=0)), 1)
     labels = -np.ones((n, width), np.int64)
     labels[seed, pos] = nxt
     incoming = -np.ones((n, width), np.int64)
@@ -419,13 +420,11 @@ def _rings(p, psi, active):
     rows = np.flatnonzero(~closed & (count > 0))
     missing = (np.all(incoming[rows, :, None] != labels[rows, None, :], axis=2)
                & (k < count[rows, None]))
-    extra = np.cumsum(missing, axis=1) - 1 + count[rows, None]
-    grow = int(extra.max(initial=0)) + 1 - width
-    labels = np.pad(labels, ((0, 0), (0, max(grow, 0))), constant_values=-1)
+    extra = np.cumsum(missing, axis=1) - 1 + count[rows, None]          # their slots
+    labels = np.pad(labels, ((0, 0), (0, max(int(extra.max(initial=0)) + 1 - width, 0))), constant_values=-1)
     labels[np.broadcast_to(rows[:, None], missing.shape)[missing], extra[missing]] = incoming[rows][missing]
     count[rows] += missing.sum(axis=1)
-    width = int(count.max(initial=0))
-    return labels[:, :max(width, 1)], count.astype(np.int64), closed
+    return labels, count, closed
 
 
 def _regular_table(p, psi=None, active=None):
@@ -519,9 +518,9 @@ class _FactorCache:
         self.lu, self.factorisations, self.reuses = None, 0, 0
         self.lock = threading.Lock()
 
-    def solve(self, mat, b, rtol=None):
+    def solve(self, mat, b, rtol):
         with self.lock:
-            return self._solve(mat, b, CG_RTOL if rtol is None else rtol)
+            return self._solve(mat, b, rtol)
 
     def _solve(self, mat, b, rtol):
         from scipy.sparse.linalg import splu

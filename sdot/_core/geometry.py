@@ -7,10 +7,11 @@ Cell ``i`` of seeds ``y`` with weights ``psi`` is
 In seed-relative coordinates ``u = x - y_i`` the constraint of seed j is the
 half-plane ``u . d <= (|d|^2 + psi_i - psi_j) / 2`` with ``d = y_j - y_i``.
 
-1. Every cell starts as the box and is clipped by its *candidates*: for a
-   first diagram the Delaunay neighbours (exact at zero weights) or the
-   nearest seeds; between Newton trials the previous diagram is updated
-   instead (:mod:`.kinetic`).
+1. Eagerly on the host, a first diagram comes from the regular
+   triangulation (:func:`.kinetic.rebuild`); otherwise every cell starts as
+   the box and is clipped by its *candidates*, the nearest seeds. Between
+   Newton trials the previous diagram is updated instead (:mod:`.kinetic`),
+   or rebuilt when the update finds too many invalid cells.
 2. Certificate: a cell clipped by a subset of its constraints contains the
    true cell, and the true cells tile the box, so ``sum_i area(P_i) >= area(box)``
    with equality iff every ``P_i`` is exact. Checked up to rounding.
@@ -28,7 +29,7 @@ import array_api_compat as aac
 
 from . import _compat
 from .kinetic import rebuild, update
-from .polygons import CAPACITY, box_cells, clip_by, neighbours
+from .polygons import CAPACITY, box_cells, clip_by, neighbours, slots_for
 from .repair import ROUNDS, repair
 
 #: Nearest seeds used as candidates for a diagram without a previous one (without a host;
@@ -60,9 +61,8 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     Otherwise, eagerly on the host, the cells come from the regular
     triangulation (:func:`rebuild`); else every cell is the box clipped by its
     ``candidates`` (n, K) (valid ones, >= 0, first in each row; default the
-    nearest seeds). Eagerly an
-    overflowing vertex capacity grows 1.5 times and everything is rebuilt; under
-    tracing the flags report it. Eagerly a first diagram whose
+    nearest seeds). Eagerly an overflowing vertex capacity grows 1.5 times and
+    everything is rebuilt; under tracing the flags report it. Eagerly a first diagram whose
     ``candidates`` are wider than ``capacity`` (a Delaunay degree) starts wider.
     """
     n = seeds.shape[0]
@@ -70,15 +70,15 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     rows = xp.arange(n, dtype=xp.int64, device=dev)
     if previous is not None and previous.labels.shape[1] == capacity:
         cells, dirty = update(xp, seeds, psi, active, lo, hi, previous)
-    elif candidates is None and (rebuilt := rebuild(xp, seeds, psi, active, lo, hi, capacity, grow=True)) is not None:
-        cells, dirty = rebuilt
+    elif candidates is None and (found := rebuild(xp, seeds, psi, active, lo, hi, capacity, grow=True)):
+        cells, dirty = found
         capacity = cells.labels.shape[1]
     else:
         if candidates is None:
             candidates = (first_candidates(xp, seeds) if previous is None
                           else neighbours(xp, previous, min(capacity, previous.labels.shape[1])))
         if previous is None and candidates.shape[1] > capacity and not _compat.is_traced(candidates):
-            capacity = (candidates.shape[1] + 5) // 4 * 4    # a Delaunay degree above it, plus 2 box sides
+            capacity = slots_for(candidates.shape[1])         # a Delaunay degree above it
         cells = clip_by(xp, seeds, psi, active, box_cells(xp, seeds, lo, hi, active, capacity), rows, candidates)
         dirty = xp.ones((n,), dtype=xp.bool, device=dev)
     cells = repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds)

@@ -12,7 +12,7 @@ import array_api_compat as aac
 from . import _compat
 
 from . import polygons as pg
-from .polygons import box_cells, clip_by, gather
+from .polygons import box_cells, clip_by, gather, slots_for
 from .repair import table
 
 #: Seeds a cell may gain by edge flips in one update (more are left to the repair).
@@ -57,7 +57,7 @@ def rebuild(xp, seeds, psi, active, lo, hi, capacity: int, grow: bool = False):
         return None
     labels, count, closed = rings
     n, width = labels.shape
-    slots = max(capacity, (width + 3) // 4 * 4)
+    slots = max(capacity, width)                # the ring cells, before the box clips them
     dev = aac.device(seeds)
     pad = -xp.ones((n, slots - width), dtype=labels.dtype, device=dev)
     ring = pg.Cells(xp.zeros((n, slots, 2), dtype=seeds.dtype, device=dev), xp.concat([labels, pad], axis=1),
@@ -67,7 +67,7 @@ def rebuild(xp, seeds, psi, active, lo, hi, capacity: int, grow: bool = False):
     cells, dirty = _completed(xp, seeds, psi, active, lo, hi, ring, cells, ok, xp.zeros_like(flipped))
     largest = _compat.to_int(xp.max(cells.count))
     if grow:
-        capacity = max(capacity, (largest + 5) // 4 * 4)
+        capacity = max(capacity, slots_for(largest))
     elif largest > capacity:
         return None
     return pg.take_columns(xp, cells, capacity), dirty

@@ -19,6 +19,12 @@ from . import _compat
 CAPACITY = 16
 
 
+def slots_for(vertices: int) -> int:
+    """Capacity for cells of up to ``vertices`` vertices: room for 2 more (box sides),
+    a multiple of 4."""
+    return (vertices + 5) // 4 * 4
+
+
 class Cells(NamedTuple):
     """Clipped cells: ``vertices`` (n, V, 2) relative to the seeds, ``labels`` (n, V),
     ``count`` (n,); ``overflow`` (n,) and ``certified`` () flags."""
