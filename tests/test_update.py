@@ -176,3 +176,32 @@ def test_rebuilt_cells_keep_the_capacity_when_the_box_clips_a_wide_ring(eager_ba
     assert len([j for j in refs[0]["facets"] if j >= 0]) < 16 - 2
     expected = np.array([0.0 if r is None else r["area"] for r in refs])
     np.testing.assert_allclose(areas(eager_backend, cells), expected, atol=1e-12)
+
+
+def hidden_at(backend, seeds, psi, previous):
+    xp, n = backend.xp, len(seeds)
+
+    def run(y, w, previous):
+        return kinetic.hidden_seeds(xp, y, w, xp.ones((n,), dtype=xp.bool), previous)
+    return backend.to_numpy(backend.run(run, backend.asarray(seeds), backend.asarray(psi), previous))
+
+
+def test_hidden_seeds_is_a_sound_test(backend):
+    """The seed inside a hexagon is hidden exactly when its weight is below -r^2
+    (its lifted point above the hexagon's plane); among random seeds with random
+    weights, every seed flagged has an empty cell and most empty cells are flagged."""
+    angles = np.pi / 3 * np.arange(6) + 0.1
+    seeds = np.concatenate([[[0.5, 0.5]], 0.5 + 0.3 * np.stack([np.cos(angles), np.sin(angles)], 1)])
+    start = cells_at(backend, seeds, np.zeros(7))
+    for psi0, hidden in ((-0.095, True), (-0.085, False)):
+        psi = np.array([psi0] + [0.0] * 6)
+        assert (reference_cell(seeds, psi, 0) is None) == hidden, "the configuration"
+        assert list(hidden_at(backend, seeds, psi, start)) == [hidden] + [False] * 6
+    rng = np.random.default_rng(5)
+    seeds = rng.random((200, 2))
+    start = cells_at(backend, seeds, np.zeros(200))
+    psi = 0.01 * rng.random(200)
+    empty = np.array([reference_cell(seeds, psi, i) is None for i in range(200)])
+    flagged = hidden_at(backend, seeds, psi, start)
+    assert not np.any(flagged & ~empty)
+    assert empty.sum() >= 10 and flagged.sum() >= empty.sum() // 2, (flagged.sum(), empty.sum())

@@ -334,7 +334,7 @@ def regular_neighbours(xp, points, weights, active):
     return None if table is None else _from_host(xp, table, points)
 
 
-def regular_rings(xp, points, weights, active):
+def regular_rings(xp, points, weights, active, stop_if_hidden=False):
     """Each active point's neighbours in the regular triangulation, counter-clockwise
     around it: ``(labels (n, W), count (n,), closed (n,))``, -1 padding.
 
@@ -343,9 +343,10 @@ def regular_rings(xp, points, weights, active):
     to vertex k + 1 (the :mod:`.polygons` convention). ``closed``: the ring goes
     all the way round; an open ring (a point on the hull) lists every
     neighbour, in no useful order. Hidden and inactive points have count 0.
+    ``stop_if_hidden``: if an active point is hidden, only ``count`` is right.
     Eagerly on the host only (scipy's Qhull); None otherwise or if Qhull fails.
     """
-    found = _on_host(_rings, points, weights, active)
+    found = _on_host(lambda *a: _rings(*a, stop_if_hidden), points, weights, active)
     return None if found is None else tuple(_from_host(xp, a, points) for a in found)
 
 
@@ -385,7 +386,7 @@ def _morton_order(p):
     return np.argsort(spread(grid[:, 0]) | (spread(grid[:, 1]) << np.uint64(1)), kind="stable")
 
 
-def _rings(p, psi, active):
+def _rings(p, psi, active, stop_if_hidden=False):
     """Host :func:`regular_rings`."""
     from scipy.spatial import QhullError
 
@@ -394,6 +395,10 @@ def _rings(p, psi, active):
         tri = _lower_triangles(p, psi, np.flatnonzero(active), strict=True)
     except (QhullError, ValueError):
         return None
+    if stop_if_hidden:
+        count = np.bincount(tri.reshape(-1), minlength=n)
+        if np.any(active & (count == 0)):
+            return -np.ones((n, 1), np.int64), count, np.zeros((n,), bool)
     a, b, c = p[tri[:, 0]], p[tri[:, 1]], p[tri[:, 2]]
     cross = (b[:, 0] - a[:, 0]) * (c[:, 1] - a[:, 1]) - (b[:, 1] - a[:, 1]) * (c[:, 0] - a[:, 0])
     tri = np.where((cross < 0)[:, None], tri[:, [0, 2, 1]], tri)         # counter-clockwise

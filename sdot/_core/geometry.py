@@ -53,7 +53,7 @@ def first_candidates(xp, seeds, k: int = FIRST_CANDIDATES):
 
 
 def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int = CAPACITY,
-                rounds: int = ROUNDS, previous=None):
+                rounds: int = ROUNDS, previous=None, stop_if_empty: bool = False):
     """Cells of every seed, exact up to rounding (see the module docstring).
 
     ``previous``: cells of the same seeds at other weights (the last Newton
@@ -64,12 +64,19 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     nearest seeds). Eagerly an overflowing vertex capacity grows 1.5 times and
     everything is rebuilt; under tracing the flags report it. Eagerly a first diagram whose
     ``candidates`` are wider than ``capacity`` (a Delaunay degree) starts wider.
+
+    ``stop_if_empty`` (a damping trial, which is rejected if a cell is empty):
+    eagerly, once the update (or the rebuild) finds an active cell empty, the
+    cells are returned as they are, supersets of the true ones, uncertified
+    and not repaired.
     """
     n = seeds.shape[0]
     dev = aac.device(seeds)
     rows = xp.arange(n, dtype=xp.int64, device=dev)
     if previous is not None and previous.labels.shape[1] == capacity:
-        cells, dirty = update(xp, seeds, psi, active, lo, hi, previous)
+        cells, dirty = update(xp, seeds, psi, active, lo, hi, previous, stop_if_empty)
+        if stop_if_empty and _compat.host_any(xp, active & (cells.count == 0)):
+            return cells._replace(certified=xp.asarray(False, device=dev))
     elif candidates is None and (found := rebuild(xp, seeds, psi, active, lo, hi, capacity, grow=True)):
         cells, dirty = found
         capacity = cells.labels.shape[1]
