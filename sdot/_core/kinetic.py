@@ -36,13 +36,15 @@ def update(xp, seeds, psi, active, lo, hi, previous, stop_if_empty=False):
     """
     cells, ok, flipped = _updated(xp, seeds, psi, active, lo, hi, previous)
     if _compat.host_share(xp, ~ok) > REBUILD_SHARE:
-        rebuilt = rebuild(xp, seeds, psi, active, lo, hi, previous.labels.shape[1], stop_if_empty=stop_if_empty)
+        rebuilt = rebuild(xp, seeds, psi, active, lo, hi, previous.labels.shape[1],
+                          stop_if_empty=stop_if_empty)
         if rebuilt is not None:
             return rebuilt
     return _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped)
 
 
-def rebuild(xp, seeds, psi, active, lo, hi, capacity: int, grow: bool = False, stop_if_empty: bool = False):
+def rebuild(xp, seeds, psi, active, lo, hi, capacity: int, grow: bool = False,
+            stop_if_empty: bool = False):
     """Cells from the regular triangulation (:func:`._compat.regular_rings`), or None.
 
     The ring of dual triangles around each seed gives its cell's combinatorics:
@@ -103,7 +105,6 @@ def _fan_hides(xp, seeds, psi, active, rows, labels, count):
     j = xp.where((k < count[:, None]) & (labels >= 0), labels, -1)
     j = xp.where((j >= 0) & _compat.flat_take(active, xp.where(j >= 0, j, 0)), j, -1)
     own = xp.take(seeds, rows, axis=0)
-
     safe = xp.where(j >= 0, j, 0)
     u = _compat.flat_take(seeds, safe) - own[:, None, :]
     x, y = u[..., 0], u[..., 1]
@@ -114,10 +115,9 @@ def _fan_hides(xp, seeds, psi, active, rows, labels, count):
     cx, cy, zc = x[:, 1:], y[:, 1:], z[:, 1:]
     # barycentric coordinates of the origin (seed i) in the triangle a, b, c
     det = (bx - ax) * (cy - ay) - (by - ay) * (cx - ax)
-    safe = xp.where(det != 0, det, 1.0)
-    lb = (cx - ax) * ay - (cy - ay) * ax
-    lc = (by - ay) * ax - (bx - ax) * ay
-    lb, lc = lb / safe, lc / safe
+    divisor = xp.where(det != 0, det, 1.0)
+    lb = ((cx - ax) * ay - (cy - ay) * ax) / divisor
+    lc = ((by - ay) * ax - (bx - ax) * ay) / divisor
     la = 1.0 - lb - lc
     valid = (xp.take_along_axis(j, first, axis=1) >= 0) & (j[:, :-1] >= 0) & (j[:, 1:] >= 0) & (det != 0)
     inside = valid & (la >= 0) & (lb >= 0) & (lc >= 0)
