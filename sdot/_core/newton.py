@@ -103,7 +103,7 @@ def evaluate(xp, prob, psi, active, candidates=None, capacity=geometry.CAPACITY,
         cells = geometry.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi, candidates, capacity,
                                      previous=previous, stop_if_empty=stop)
         if stop and _compat.host_any(xp, ~cells.certified):
-            return _abandoned(xp, cells)
+            return _without_integrals(xp, cells)
         moments, facet = integrate.cell_integrals(xp, prob.seeds, cells, prob.density, prob.lo, prob.hi)
         return Evaluation(cells, moments, facet)
 
@@ -111,18 +111,18 @@ def evaluate(xp, prob, psi, active, candidates=None, capacity=geometry.CAPACITY,
         return complete(False)
     hidden = kinetic.hidden_seeds(xp, prob.seeds, psi, active, previous)
     return _compat.cond(trial & xp.any(hidden),
-                        lambda: _abandoned(xp, geometry.box_cells(xp, prob.seeds, prob.lo, prob.hi,
-                                                                  active & ~hidden, capacity)),
+                        lambda: _without_integrals(xp, geometry.box_cells(xp, prob.seeds, prob.lo, prob.hi,
+                                                                          active & ~hidden, capacity)),
                         lambda: complete(_compat.host_any(xp, trial)))
 
 
-def _abandoned(xp, cells):
-    """The :class:`Evaluation` of a rejected trial: ``cells`` uncertified, zero integrals."""
+def _without_integrals(xp, cells):
+    """An :class:`Evaluation` of ``cells`` (uncertified: an abandoned trial, or a
+    placeholder) with zero integrals."""
     n, cap = cells.labels.shape
     dev = aac.device(cells.count)
     dtype = cells.vertices.dtype
-    return Evaluation(cells._replace(certified=xp.asarray(False, device=dev)),
-                      xp.zeros((n, 4), dtype=dtype, device=dev), xp.zeros((n, cap), dtype=dtype, device=dev))
+    return Evaluation(cells, xp.zeros((n, 4), dtype=dtype, device=dev), xp.zeros((n, cap), dtype=dtype, device=dev))
 
 
 def newton_direction(xp, prob, ev, active, rhs, rtol=None):
@@ -196,20 +196,11 @@ def initial_weights(xp, prob, active, capacity=geometry.CAPACITY):
 
     # the first round (shrink 1: psi = 0) evaluates the Voronoi diagram; before
     # it, an Evaluation of the right shapes with no mass (one copy of evaluate)
-    placeholder = _placeholder(xp, prob, capacity)
+    none = xp.zeros(r2.shape, dtype=xp.bool, device=aac.device(r2))
+    placeholder = _without_integrals(xp, geometry.box_cells(xp, prob.seeds, prob.lo, prob.hi, none, capacity))
     half = xp.asarray(0.5, dtype=r2.dtype, device=aac.device(r2))
     psi, ev, _ = _compat.while_loop(cond, body, (xp.zeros_like(r2), placeholder, half))
     return psi, ev
-
-
-def _placeholder(xp, prob, capacity):
-    """An :class:`Evaluation` of the right shapes and dtypes, every cell empty."""
-    n = prob.seeds.shape[0]
-    dev = aac.device(prob.seeds)
-    none = xp.zeros((n,), dtype=xp.bool, device=dev)
-    cells = geometry.box_cells(xp, prob.seeds, prob.lo, prob.hi, none, capacity)
-    zeros = xp.zeros((n, capacity), dtype=prob.seeds.dtype, device=dev)
-    return Evaluation(cells, xp.zeros((n, 4), dtype=prob.seeds.dtype, device=dev), zeros)
 
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.CAPACITY,
