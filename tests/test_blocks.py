@@ -1,5 +1,5 @@
 """Eager NumPy and torch run the row-wise kernels (clipping, kinetic update, flip
-pairs, local cutters, integrals) in blocks of ``_compat.BLOCK`` rows, to bound their
+pairs, local cutters, integrals) in blocks of ``_compat.control.BLOCK`` rows, to bound their
 memory: each must give the same result whatever the block size. (A whole solve
 would not show a wrong block: the repair heals the cells.)"""
 import numpy as np
@@ -36,7 +36,7 @@ def test_blocked_kernels_match_whole(name, monkeypatch):
     b = Backend(name)
     whole = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
     assert whole["flipped"].any() and not whole["ok"].all() and (whole["cutters"] >= 0).any()
-    monkeypatch.setattr(_compat, "BLOCK", 37)     # several blocks, the last one partial
+    monkeypatch.setattr(_compat.control, "BLOCK", 37)     # several blocks, the last one partial
     blocked = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
     for k in whole:
         np.testing.assert_array_equal(blocked[k], whole[k], err_msg=k)

@@ -5,6 +5,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import spsolve
 
 from sdot._core import _compat
+from sdot._core._compat import linalg
 
 
 def laplacian(rng, n, jitter):
@@ -29,7 +30,7 @@ def test_successive_solves_reuse_the_factors():
     import array_api_compat.numpy as xp
 
     rng = np.random.default_rng(0)
-    cache = _compat._factor_cache
+    cache = linalg._factor_cache
     cache.lu = None
     before = cache.factorisations, cache.reuses
     rows, cols, w, diag = laplacian(rng, 500, 0.0)
@@ -51,9 +52,9 @@ def test_pcg_reports_failure(jitter):
     rng = np.random.default_rng(1)
     mat = dense(*laplacian(rng, 300, jitter))
     b = rng.standard_normal(300)
-    x, _ = _compat._pcg(mat, b, lambda r: r, 1e-12, 3)
+    x, _ = linalg._pcg(mat, b, lambda r: r, 1e-12, 3)
     assert x is None
-    x, it = _compat._pcg(mat, b, lambda r: r, 1e-10, 2000)
+    x, it = linalg._pcg(mat, b, lambda r: r, 1e-10, 2000)
     assert it < 2000 and np.linalg.norm(mat @ x - b) <= 1e-10 * np.linalg.norm(b)
 
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import sdot
-from sdot._core import _compat, geometry, integrate, newton
+from sdot._core import geometry, integrate, newton
+from sdot._core._compat import linalg
 
 DATA = Path(__file__).parent / "data"
 LO, HI = np.zeros(2), np.ones(2)
@@ -58,7 +59,7 @@ def test_abandoned_trials_leave_the_solve_unchanged(eager_backend, n, monkeypatc
     the neighbour test finds it, at 1000 the update does): abandoning them changes
     neither the steps nor the result (bit for bit)."""
     def plan():
-        monkeypatch.setattr(_compat, "_factor_cache", _compat._FactorCache())   # no factors reused
+        monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())   # no factors reused
         x = eager_backend.asarray(np.load(DATA / "points_2d_1000.npy")[:n])
         img = eager_backend.asarray(np.load(DATA / "image_gauss64.npy"))
         return sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(img), tol=1e-10)

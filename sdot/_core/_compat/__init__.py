@@ -1,0 +1,29 @@
+"""The few primitives the array API standard lacks and the solver needs.
+
+Every function takes the namespace ``xp`` and arrays of it, and has a pure
+array-API fallback (exercised by the ``array_api_strict`` test backend).
+Platform accelerations (scipy's cKDTree, Qhull and sparse LU, ``np.bincount``,
+``Tensor.index_add``, ``jax.ops.segment_sum``) are used when the arrays live
+on the CPU and are concrete (not traced).
+
+This is the only package of ``sdot._core`` that may import a framework:
+
+- :mod:`.host`: tracing, NumPy views and host callbacks;
+- :mod:`.arrays`: scatter-add, row gathers and writes, sizes;
+- :mod:`.control`: loops and conditionals that trace, jitted kernels, blocks on threads;
+- :mod:`.triangulation`: nearest neighbours, Delaunay and regular triangulations;
+- :mod:`.linalg`: the sparse SPD solve of the Newton step.
+"""
+from .arrays import (bucket, capacity, column, flat_take, put_rows, segment_sum, select, set_rows,
+                     tree_where, true_entries)
+from .control import blockwise, cond, fori_loop, jit_on_jax, while_loop
+from .host import host_any, host_call, host_share, is_traced, to_host, to_int
+from .linalg import conjugate_gradient, solve_laplacian
+from .triangulation import delaunay_neighbours, knn, nearest, regular_neighbours, regular_rings
+
+__all__ = [
+    "segment_sum", "while_loop", "fori_loop", "cond", "tree_where", "column", "to_int", "to_host", "host_call",
+    "is_traced", "host_any", "host_share", "bucket", "capacity", "set_rows", "jit_on_jax", "knn", "nearest",
+    "delaunay_neighbours", "regular_neighbours", "regular_rings", "solve_laplacian", "conjugate_gradient",
+    "flat_take", "blockwise", "select", "true_entries", "put_rows",
+]

@@ -1,0 +1,125 @@
+"""Array primitives the standard lacks: scatter-add, row gathers and writes, sizes."""
+from __future__ import annotations
+
+import array_api_compat as aac
+import numpy as np
+
+
+def bucket(size: int, like) -> int:
+    """Array size to allocate for ``size`` items.
+
+    JAX compiles every primitive for every new shape, even eagerly: sizes are
+    rounded up to a power of four so that the compiled kernels are reused.
+    Other frameworks get the exact size.
+    """
+    if not aac.is_jax_array(like):
+        return size
+    bits = max(size - 1, 0).bit_length()
+    return max(64, 1 << (bits + bits % 2))
+
+
+def capacity(xp, total, like, limit=None) -> int:
+    """Concrete size for ``total`` items (eager only), bucketed for JAX, at most ``limit``."""
+    size = bucket(int(total), like)
+    return size if limit is None else min(size, limit)
+
+
+def flat_take(x, idx):
+    """Gather rows ``x[idx]`` along axis 0 with an integer index array of any shape."""
+    xp = aac.array_namespace(x)
+    flat = xp.reshape(idx, (-1,))
+    out = xp.take(x, flat, axis=0)
+    return xp.reshape(out, tuple(idx.shape) + tuple(x.shape[1:]))
+
+
+def segment_sum(xp, values, ids, n: int):
+    """``out[k] = sum of values[ids == k]`` along axis 0 (duplicates accumulate)."""
+    if aac.is_torch_array(values):
+        out = values.new_zeros((n,) + tuple(values.shape[1:]))
+        return out.index_add(0, ids, values)
+    if aac.is_jax_array(values):
+        import jax
+
+        return jax.ops.segment_sum(values, ids, num_segments=n)
+    if aac.is_numpy_array(values):
+        if values.ndim == 1:
+            return np.bincount(ids, weights=values, minlength=n).astype(values.dtype, copy=False)
+        out = np.zeros((n,) + values.shape[1:], dtype=values.dtype)
+        np.add.at(out, ids, values)
+        return out
+    return _segment_sum_sorted(xp, values, ids, n)
+
+
+def _segment_sum_sorted(xp, values, ids, n):
+    """Pure array-API segment sum: sort, prefix sums, differences at boundaries."""
+    order = xp.argsort(ids, stable=True)
+    ids_sorted = xp.take(ids, order)
+    v = xp.take(values, order, axis=0)
+    zero = xp.zeros((1,) + tuple(v.shape[1:]), dtype=v.dtype, device=aac.device(v))
+    csum = xp.concat([zero, xp.cumulative_sum(v, axis=0)], axis=0)
+    bounds = xp.searchsorted(ids_sorted, xp.arange(n + 1, dtype=ids.dtype, device=aac.device(ids)))
+    return xp.take(csum, bounds[1:], axis=0) - xp.take(csum, bounds[:-1], axis=0)
+
+
+def tree_where(xp, pred, a, b):
+    """``a`` where the scalar ``pred`` holds, else ``b``, leaf by leaf (tuples of arrays)."""
+    if isinstance(a, tuple):
+        return type(a)(*(tree_where(xp, pred, x, y) for x, y in zip(a, b))) if hasattr(a, "_fields") \
+            else tuple(tree_where(xp, pred, x, y) for x, y in zip(a, b))
+    return xp.where(pred, a, b)
+
+
+def column(x, c):
+    """Column ``c`` (an int, or a traced integer) of the 2-d array ``x``."""
+    return x[:, c]
+
+
+def select(xp, mask, size: int):
+    """``size`` indices, the true entries of the 1-d ``mask`` first (in order).
+
+    Returns ``(indices, valid)``; when ``size`` exceeds the number of true
+    entries, the extra indices are distinct false entries marked invalid.
+    Traceable (a stable argsort), so shapes stay static.
+    """
+    order = xp.argsort(xp.astype(~mask, xp.int8), stable=True)[:size]
+    return order, xp.take(mask, order)
+
+
+def true_entries(xp, mask):
+    """Eagerly, :func:`select` of the true entries of the 1-d ``mask``: as many
+    indices as true entries (bucketed for JAX), at least one; ``(indices, valid)``."""
+    n = mask.shape[0]
+    return select(xp, mask, max(capacity(xp, xp.sum(xp.astype(mask, xp.int64)), mask, n), min(n, 1)))
+
+
+def set_rows(xp, x, idx, values):
+    """``x`` with rows ``idx`` (distinct) replaced by ``values``; out of place, traceable."""
+    if aac.is_numpy_array(x):
+        out = x.copy()
+        out[idx] = values
+        return out
+    if aac.is_torch_array(x):
+        return x.index_copy(0, idx, values)
+    if aac.is_jax_array(x):
+        return x.at[idx].set(values)
+    if idx.shape[0] == 0:
+        return x
+    order = xp.argsort(idx)
+    sorted_idx = xp.take(idx, order)
+    rows = xp.arange(x.shape[0], dtype=idx.dtype, device=aac.device(idx))
+    pos = xp.clip(xp.searchsorted(sorted_idx, rows), 0, idx.shape[0] - 1)
+    hit = xp.take(sorted_idx, pos) == rows
+    picked = xp.take(values, xp.take(order, pos), axis=0)
+    return xp.where(xp.reshape(hit, (-1,) + (1,) * (x.ndim - 1)), picked, x)
+
+
+def put_rows(xp, x, idx, values):
+    """``x`` with rows ``idx`` (distinct) replaced by ``values``, in place if possible.
+
+    Only for arrays that sdot created itself (never the caller's): NumPy and
+    torch write in place; other frameworks get a copy (:func:`set_rows`).
+    """
+    if aac.is_numpy_array(x) or aac.is_torch_array(x):
+        x[idx, ...] = values
+        return x
+    return set_rows(xp, x, idx, values)

@@ -1,0 +1,126 @@
+"""Control flow that traces under JAX: loops, conditionals, jitted kernels, blocks."""
+from __future__ import annotations
+
+import os
+import threading
+
+import array_api_compat as aac
+
+from .host import is_traced
+
+
+def while_loop(cond, body, state):
+    """``jax.lax.while_loop`` when the state is traced, a Python loop otherwise."""
+    if is_traced(*_leaves(state)):
+        import jax
+
+        return jax.lax.while_loop(cond, body, state)
+    held = [state]
+    del state
+    while bool(cond(held[0])):
+        held.append(body(held.pop()))     # only ``body`` holds the old state: it may drop it early
+    return held[0]
+
+
+def fori_loop(lower: int, upper: int, body, state):
+    """``state = body(i, state)`` for ``i`` in ``range(lower, upper)`` (``jax.lax.fori_loop``
+    when the state is traced)."""
+    if is_traced(*_leaves(state)):
+        import jax
+
+        return jax.lax.fori_loop(lower, upper, body, state)
+    for i in range(lower, upper):
+        state = body(i, state)
+    return state
+
+
+def cond(pred, true_fn, false_fn):
+    """``true_fn()`` if ``pred`` else ``false_fn()`` (``jax.lax.cond`` when traced)."""
+    if is_traced(pred):
+        import jax
+
+        return jax.lax.cond(pred, true_fn, false_fn)
+    return true_fn() if bool(pred) else false_fn()
+
+
+def _leaves(state):
+    if isinstance(state, (tuple, list)):
+        return [leaf for item in state for leaf in _leaves(item)]
+    if isinstance(state, dict):
+        return [leaf for item in state.values() for leaf in _leaves(item)]
+    return [state]
+
+
+def jit_on_jax(*static_argnames):
+    """Decorator: run the function under ``jax.jit`` when called with JAX arrays.
+
+    JAX dispatches eager operations one by one and compiles each for each new
+    shape; a jitted kernel compiles once per shape. ``xp`` (the first argument)
+    and ``static_argnames`` are static. Other frameworks call the function as is.
+    """
+    def wrap(fn):
+        jitted = []
+
+        def call(xp, *args, **kwargs):
+            if "jax" in getattr(xp, "__name__", ""):
+                if not jitted:
+                    import inspect
+
+                    import jax
+
+                    names = list(inspect.signature(fn).parameters)
+                    nums = (0,) + tuple(names.index(a) for a in static_argnames)
+                    jitted.append(jax.jit(fn, static_argnums=nums, static_argnames=static_argnames))
+                return jitted[0](xp, *args, **kwargs)
+            return fn(xp, *args, **kwargs)
+
+        call.__doc__, call.__name__, call.__wrapped__ = fn.__doc__, fn.__name__, fn
+        return call
+    return wrap
+
+
+#: Rows per block of the eager kernels: their temporaries stay in the CPU caches.
+BLOCK = 16384
+#: Threads running the blocks of NumPy kernels (NumPy releases the GIL in its loops;
+#: torch runs its own threads): ``SDOT_NUM_THREADS``, default the cores, at most 8.
+THREADS = max(1, int(os.environ.get("SDOT_NUM_THREADS", min(os.cpu_count() or 1, 8))))
+_pool = []
+_in_block = threading.local()
+
+
+def blockwise(xp, fn, *arrays):
+    """``fn(*arrays)`` on blocks of :data:`BLOCK` rows (eager NumPy and torch),
+    the results (an array or a tuple of arrays) concatenated.
+
+    Row-independent kernels only. NumPy blocks run on :data:`THREADS` threads
+    (a kernel called inside a block runs its blocks in that thread). JAX
+    (traced or not) and array_api_strict run ``fn`` once: XLA fuses the
+    temporaries away.
+    """
+    n = arrays[0].shape[0]
+    if n <= BLOCK or not (aac.is_numpy_array(arrays[0]) or aac.is_torch_array(arrays[0])):
+        return fn(*arrays)
+    blocks = [tuple(a[s:s + BLOCK, ...] for a in arrays) for s in range(0, n, BLOCK)]
+    if THREADS > 1 and aac.is_numpy_array(arrays[0]) and not getattr(_in_block, "busy", False):
+        parts = list(_threads().map(lambda block: _run_block(fn, block), blocks))
+    else:
+        parts = [fn(*block) for block in blocks]
+    if isinstance(parts[0], tuple):
+        return tuple(xp.concat(p, axis=0) for p in zip(*parts))
+    return xp.concat(parts, axis=0)
+
+
+def _threads():
+    if not _pool:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _pool.append(ThreadPoolExecutor(THREADS, thread_name_prefix="sdot"))
+    return _pool[0]
+
+
+def _run_block(fn, block):
+    _in_block.busy = True
+    try:
+        return fn(*block)
+    finally:
+        _in_block.busy = False

@@ -1,0 +1,115 @@
+"""Where the host (NumPy, scipy) can be reached: tracing, views, callbacks.
+
+Eagerly, NumPy arrays, CPU torch tensors and concrete CPU JAX arrays have NumPy
+views (no copy); under ``jax.jit`` on the CPU a host function runs through
+``jax.pure_callback``. Elsewhere (GPU, array_api_strict) the host is not used.
+"""
+from __future__ import annotations
+
+import sys
+
+import array_api_compat as aac
+import numpy as np
+
+
+def is_traced(*xs) -> bool:
+    """True if one of ``xs`` is a JAX tracer (inside jit / vmap / grad)."""
+    if "jax" not in sys.modules:
+        return False
+    import jax
+
+    return any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+def host_view(x):
+    """A NumPy view of a concrete CPU array, or None (traced, GPU, strict...)."""
+    if aac.is_numpy_array(x):
+        return x
+    if aac.is_torch_array(x):
+        return x.detach().numpy() if x.device.type == "cpu" else None
+    if aac.is_jax_array(x) and not is_traced(x):
+        if all(d.platform == "cpu" for d in x.devices()):
+            return np.asarray(x)
+    return None
+
+
+def from_host(xp, arr, like):
+    """Bring a NumPy result back into ``xp`` on the device of ``like``."""
+    if aac.is_torch_array(like):
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(arr)).to(like.device)
+    return xp.asarray(arr, device=aac.device(like))
+
+
+def host_any(xp, mask) -> bool:
+    """Host decision ``any(mask)`` in eager mode; False when traced.
+
+    Used for the eager retries (capacity overflow, incomplete cells): under
+    tracing no retry happens and the flags are reported instead.
+    """
+    if is_traced(mask):
+        return False
+    return bool(xp.any(mask))
+
+
+def host_share(xp, mask) -> float:
+    """Host share of the true entries of ``mask`` in eager mode; 0 when traced."""
+    if is_traced(mask) or mask.shape[0] == 0:
+        return 0.0
+    return float(xp.sum(xp.astype(mask, xp.int64))) / mask.shape[0]
+
+
+def to_int(x) -> int:
+    """Host integer of a concrete 0-d array (eager sizing only)."""
+    return int(x)
+
+
+def to_host(x):
+    """NumPy copy of a concrete array (eager sizing only)."""
+    view = host_view(x)
+    if view is not None:
+        return np.asarray(view)
+    if aac.is_torch_array(x):
+        return x.detach().cpu().numpy()
+    return np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
+
+
+def host_call(fn, *args):
+    """``fn(*args)`` on the host: directly, or ``jax.debug.callback`` when traced."""
+    if is_traced(*args):
+        import jax
+
+        jax.debug.callback(fn, *args)
+    else:
+        fn(*args)
+
+
+def host_callback(xp, fn, result_shape, result_dtype, *args):
+    """Run the NumPy function ``fn`` on concrete copies of ``args``.
+
+    Eagerly on CPU arrays: directly (NumPy views, no copy). Under ``jax.jit`` on
+    the CPU: ``jax.pure_callback`` (sequential under ``vmap``). Returns None
+    where the host is not reachable without a device copy (GPU, array_api_strict):
+    the caller then uses its pure array-API fallback.
+    """
+    if is_traced(*args):
+        import jax
+
+        if jax.default_backend() != "cpu":
+            return None
+        spec = jax.ShapeDtypeStruct(result_shape, result_dtype)
+        return jax.pure_callback(lambda *a: np.asarray(fn(*map(np.asarray, a)), dtype=result_dtype),
+                                 spec, *args, vmap_method="sequential")
+    host = [host_view(a) for a in args]
+    if any(h is None for h in host):
+        return None
+    return from_host(xp, np.asarray(fn(*host), dtype=result_dtype), args[0])
+
+
+def on_host(fn, *args):
+    """``fn`` on NumPy views of the concrete CPU arrays ``args`` (eagerly), else None."""
+    if is_traced(*args):
+        return None
+    host = [host_view(a) for a in args]
+    return None if any(h is None for h in host) else fn(*host)

@@ -1,0 +1,131 @@
+"""The sparse SPD solve of the Newton step: sparse LU factors reused as a
+preconditioner on the host, Jacobi-preconditioned conjugate gradient elsewhere."""
+from __future__ import annotations
+
+import threading
+
+import array_api_compat as aac
+import numpy as np
+
+from .arrays import segment_sum
+from .control import while_loop
+from .host import host_callback
+
+
+def solve_laplacian(xp, rows, cols, weights, diag, rhs, rtol=None):
+    """Solve ``(D - W) x = rhs`` for a sparse symmetric weighted Laplacian.
+
+    ``W[rows, cols] += weights`` (entries may repeat), ``D = diag`` (already
+    including the gauge regulariser), to a relative residual ``rtol`` (a 0-d
+    array; default :data:`CG_RTOL`). On the host, in FP64: conjugate gradient
+    preconditioned by the sparse LU factors of the last matrix of the same size
+    (successive Newton matrices differ little), or, when that does not reach
+    ``rtol`` in :data:`CG_MAX_ITER` iterations, a new factorisation (scipy's
+    SuperLU in symmetric mode), kept for the next solve. Jacobi-preconditioned
+    conjugate gradient in pure array API where the host is not reachable.
+    """
+    if rtol is None:
+        rtol = xp.asarray(CG_RTOL, dtype=rhs.dtype, device=aac.device(rhs))
+
+    def host(r, c, w, d, b, tol):
+        import scipy.sparse as sp
+
+        n = d.shape[0]
+        ar = np.arange(n)
+        mat = sp.csr_matrix(
+            (np.concatenate([-w.astype(np.float64), d.astype(np.float64)]),
+             (np.concatenate([r, ar]), np.concatenate([c, ar]))), shape=(n, n))
+        return _factor_cache.solve(mat, b.astype(np.float64), float(tol))
+    out = host_callback(xp, host, tuple(rhs.shape), _numpy_dtype(rhs), rows, cols, weights, diag, rhs, rtol)
+    return _solve_cg(xp, rows, cols, weights, diag, rhs, rtol) if out is None else out
+
+
+#: Default relative residual of the conjugate gradients.
+CG_RTOL = 1e-10
+#: Iterations allowed before a new factorisation.
+CG_MAX_ITER = 40
+#: Iterations beyond which the factors are refreshed for the next solve.
+CG_REFRESH = 20
+
+
+class _FactorCache:
+    """The last sparse LU factorisation of the process (one at a time, under a lock:
+    not thread-local, XLA runs host callbacks on threads of its own);
+    ``factorisations`` and ``reuses`` count what :meth:`solve` did."""
+
+    def __init__(self):
+        self.lu, self.factorisations, self.reuses = None, 0, 0
+        self.lock = threading.Lock()
+
+    def solve(self, mat, b, rtol):
+        with self.lock:
+            return self._solve(mat, b, rtol)
+
+    def _solve(self, mat, b, rtol):
+        from scipy.sparse.linalg import splu
+
+        lu, self.lu = self.lu, None
+        if lu is not None and lu.shape == mat.shape:
+            x, iterations = _pcg(mat, b, lu.solve, rtol, CG_MAX_ITER)
+            if x is not None:
+                self.reuses += 1
+                if iterations <= CG_REFRESH:    # else the factors have aged: new ones next time
+                    self.lu = lu
+                return x
+        lu = splu(mat.tocsc(), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+                  options=dict(SymmetricMode=True))
+        self.lu = lu
+        self.factorisations += 1
+        return lu.solve(b)
+
+
+_factor_cache = _FactorCache()
+
+
+def _pcg(mat, b, precondition, rtol, max_iter):
+    """Host conjugate gradient on the scipy matrix ``mat``: ``(x, iterations)``, x None
+    unless the true residual ``|b - mat x|`` is within ``rtol |b|``."""
+    import array_api_compat.numpy as npx
+
+    x, it = conjugate_gradient(npx, mat.__matmul__, precondition, b, rtol, max_iter)
+    return (x if np.linalg.norm(b - mat @ x) <= rtol * np.linalg.norm(b) else None), int(it)
+
+
+def _numpy_dtype(x):
+    return np.float32 if "float32" in str(x.dtype) else np.float64
+
+
+def _solve_cg(xp, rows, cols, weights, diag, rhs, rtol, max_iter=None):
+    n = rhs.shape[0]
+
+    def matvec(x):
+        return diag * x - segment_sum(xp, weights * xp.take(x, cols), rows, n)
+    return conjugate_gradient(xp, matvec, lambda r: r / diag, rhs, rtol,
+                              4 * n + 100 if max_iter is None else max_iter)[0]
+
+
+def conjugate_gradient(xp, matvec, precondition, rhs, rtol, max_iter):
+    """Preconditioned conjugate gradient from 0 until ``|r| <= rtol |rhs|`` (the
+    recurrence's residual) or ``max_iter`` iterations: ``(x, iterations)``. Traceable."""
+    x = xp.zeros_like(rhs)
+    z = precondition(rhs)
+    target = rtol * xp.sqrt(xp.sum(rhs * rhs))
+
+    def cond(s):
+        x, r, p, rz, it = s
+        return xp.logical_and(xp.sqrt(xp.sum(r * r)) > target, it < max_iter)
+
+    def body(s):
+        x, r, p, rz, it = s
+        ap = matvec(p)
+        alpha = rz / xp.sum(p * ap)
+        x = x + alpha * p
+        r = r - alpha * ap
+        z = precondition(r)
+        rz_new = xp.sum(r * z)
+        p = z + (rz_new / rz) * p
+        return x, r, p, rz_new, it + 1
+
+    it0 = xp.asarray(0, device=aac.device(rhs))
+    x, _, _, _, it = while_loop(cond, body, (x, rhs, z, xp.sum(rhs * z), it0))
+    return x, it

@@ -1,0 +1,193 @@
+"""Neighbours: k nearest, Delaunay and regular triangulations (scipy on the host,
+a brute force in pure array API otherwise)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .host import from_host, host_callback, host_view, is_traced, on_host
+
+
+def knn(xp, points, k: int):
+    """Indices ``(n, k)`` of the k nearest ``points`` of each point (itself first).
+
+    scipy's cKDTree on the host; a chunked brute force in pure array API otherwise
+    (O(n^2) work).
+    """
+    def host(p):
+        from scipy.spatial import cKDTree
+
+        return np.asarray(cKDTree(p).query(p, k=k, workers=-1)[1], dtype=np.int64).reshape(len(p), k)
+    out = host_callback(xp, host, (points.shape[0], k), np.int64, points)
+    return _knn_brute_force(xp, points, k, points) if out is None else out
+
+
+def delaunay_neighbours(xp, points):
+    """Neighbours of each point in the Delaunay triangulation, ``(n, W)`` (``W`` the
+    largest degree), -1 padding; points without a triangle (duplicates, collinear
+    inputs) get their nearest points instead.
+
+    scipy's Qhull on the host, eagerly. None under ``jax.jit`` (Qhull crashed in
+    XLA's callback threads) and without a host: the caller falls back to :func:`knn`.
+    """
+    host = None if is_traced(points) else host_view(points)
+    if host is None:
+        return None
+    table = _regular_table(host)
+    lonely = np.flatnonzero(table[:, 0] < 0)
+    if lonely.size and len(host) > 1:
+        from scipy.spatial import cKDTree
+
+        k = min(table.shape[1] + 1, len(host))
+        near = np.asarray(cKDTree(host).query(host[lonely], k=k)[1]).reshape(lonely.size, k)
+        table[lonely, :k - 1] = near[:, 1:]
+    return from_host(xp, table, points)
+
+
+def regular_neighbours(xp, points, weights, active):
+    """Neighbours of each active point in the regular (weighted Delaunay)
+    triangulation of ``points`` with ``weights``, ``(n, W)``, -1 padding.
+
+    The triangulation is the lower convex hull of the lifted points
+    ``(y_i, |y_i - c|^2 - psi_i)``; point i's power cell is the intersection of
+    the half-planes of its neighbours there, so they are exactly the seeds that
+    can cut it. Rows of hidden (empty-celled) and inactive points are all -1.
+    Eagerly on the host only (scipy's Qhull); None otherwise or if Qhull fails.
+    """
+    table = on_host(_regular_table, points, weights, active)
+    return None if table is None else from_host(xp, table, points)
+
+
+def regular_rings(xp, points, weights, active, stop_if_hidden=False):
+    """Each active point's neighbours in the regular triangulation, counter-clockwise
+    around it: ``(labels (n, W), count (n,), closed (n,))``, -1 padding.
+
+    The dual triangles of point i, in angular order, give the vertices of its
+    power cell; ``labels[i, k]`` is the neighbour across the edge from vertex k
+    to vertex k + 1 (the :mod:`.polygons` convention). ``closed``: the ring goes
+    all the way round; an open ring (a point on the hull) lists every
+    neighbour, in no useful order. Hidden and inactive points have count 0.
+    ``stop_if_hidden``: if an active point is hidden, only ``count`` is right.
+    Eagerly on the host only (scipy's Qhull); None otherwise or if Qhull fails.
+    """
+    found = on_host(lambda *a: _rings(*a, stop_if_hidden), points, weights, active)
+    return None if found is None else tuple(from_host(xp, a, points) for a in found)
+
+
+
+def _lower_triangles(p, psi, keep, strict=False):
+    """Triangles (T, 3) of the regular triangulation of the points ``keep``: the lower
+    facets of the hull of ``(y_i, |y_i - c|^2 - psi_i)`` (Delaunay if ``psi`` is None),
+    in Morton order (Qhull is faster on spatially sorted points). ``strict``: without
+    vertical facets. Raises QhullError or ValueError on degenerate inputs."""
+    from scipy.spatial import ConvexHull, Delaunay
+
+    keep = keep[_morton_order(p[keep])]
+    if psi is None:
+        return keep[Delaunay(p[keep]).simplices]
+    q = p[keep] - p[keep].mean(axis=0)
+    hull = ConvexHull(np.column_stack([q, np.sum(q * q, axis=1) - psi[keep]]), qhull_options="Qt")
+    lower = hull.equations[:, 2] < 0 if strict else hull.equations[:, 2] <= 0
+    return keep[hull.simplices[lower]]
+
+
+def _morton_order(p):
+    """Permutation sorting the points ``p`` (m, 2) along a Z-order curve."""
+    span = np.ptp(p, axis=0)
+    grid = ((p - p.min(axis=0)) / np.where(span > 0, span, 1.0) * 65535).astype(np.uint64)
+
+    def spread(v):                                  # the 16 bits of v on the even bits
+        for shift, mask in ((8, 0x00FF00FF), (4, 0x0F0F0F0F), (2, 0x33333333), (1, 0x55555555)):
+            v = (v | (v << np.uint64(shift))) & np.uint64(mask)
+        return v
+    return np.argsort(spread(grid[:, 0]) | (spread(grid[:, 1]) << np.uint64(1)), kind="stable")
+
+
+def _rings(p, psi, active, stop_if_hidden=False):
+    """Host :func:`regular_rings`."""
+    from scipy.spatial import QhullError
+
+    n = len(p)
+    try:
+        tri = _lower_triangles(p, psi, np.flatnonzero(active), strict=True)
+    except (QhullError, ValueError):
+        return None
+    if stop_if_hidden:
+        count = np.bincount(tri.reshape(-1), minlength=n)
+        if np.any(active & (count == 0)):
+            return -np.ones((n, 1), np.int64), count, np.zeros((n,), bool)
+    a, b, c = p[tri[:, 0]], p[tri[:, 1]], p[tri[:, 2]]
+    cross = (b[:, 0] - a[:, 0]) * (c[:, 1] - a[:, 1]) - (b[:, 1] - a[:, 1]) * (c[:, 0] - a[:, 0])
+    tri = np.where((cross < 0)[:, None], tri[:, [0, 2, 1]], tri)         # counter-clockwise
+    seed = tri.reshape(-1)                  # each corner of each triangle: its point,
+    prv = tri[:, [1, 2, 0]].reshape(-1)     # the neighbour of its incoming edge,
+    nxt = tri[:, [2, 0, 1]].reshape(-1)     # that of its outgoing edge
+    d = 0.5 * (p[prv] + p[nxt]) - p[seed]   # inside the triangle's angle at the point
+    r = d[:, 1] / np.maximum(np.abs(d[:, 0]) + np.abs(d[:, 1]), np.finfo(d.dtype).tiny)
+    turn = np.where(d[:, 0] >= 0, r + 1.0, 3.0 - r)      # in [0, 4), increasing counter-clockwise
+    order = np.argsort(seed * 4.0 + turn)
+    seed, prv, nxt = seed[order], prv[order], nxt[order]
+    count = np.bincount(seed, minlength=n)
+    pos = np.arange(seed.size) - np.repeat(np.cumsum(count) - count, count)
+    width = max(int(count.max(initial=0)), 1)
+    labels = -np.ones((n, width), np.int64)
+    labels[seed, pos] = nxt
+    incoming = -np.ones((n, width), np.int64)
+    incoming[seed, pos] = prv
+    k = np.arange(width)[None, :]
+    after = np.take_along_axis(incoming, (k + 1) % np.maximum(count, 1)[:, None], axis=1)
+    closed = np.all((k >= count[:, None]) | (after == labels), axis=1) & (count >= 3)
+    # an open ring misses the neighbour of its first incoming edge: add every incoming
+    # neighbour that is no outgoing one
+    rows = np.flatnonzero(~closed & (count > 0))
+    missing = (np.all(incoming[rows, :, None] != labels[rows, None, :], axis=2)
+               & (k < count[rows, None]))
+    extra = np.cumsum(missing, axis=1) - 1 + count[rows, None]          # their slots
+    labels = np.pad(labels, ((0, 0), (0, max(int(extra.max(initial=0)) + 1 - width, 0))), constant_values=-1)
+    labels[np.broadcast_to(rows[:, None], missing.shape)[missing], extra[missing]] = incoming[rows][missing]
+    count[rows] += missing.sum(axis=1)
+    return labels, count, closed
+
+
+def _regular_table(p, psi=None, active=None):
+    """Host neighbour table of the regular triangulation (Delaunay if ``psi`` is None)."""
+    from scipy.spatial import QhullError
+
+    n = len(p)
+    keep = np.arange(n) if active is None else np.flatnonzero(active)
+    try:
+        tri = _lower_triangles(p, psi, keep)         # vertical facets: harmless here
+    except (QhullError, ValueError):                # too few points, all collinear or coplanar
+        if psi is not None:
+            return None
+        tri = np.zeros((0, 3), np.int64)
+    a = tri.reshape(-1)
+    b = np.roll(tri, 1, axis=1).reshape(-1)
+    pairs = np.sort(np.concatenate([a * n + b, b * n + a]))
+    pairs = pairs[np.concatenate([pairs[:1] >= 0, pairs[1:] != pairs[:-1]])]
+    row, col = pairs // n, pairs % n
+    degree = np.bincount(row, minlength=n)
+    table = -np.ones((n, max(int(degree.max(initial=0)), 1)), dtype=np.int64)
+    table[row, np.arange(row.size) - np.repeat(np.cumsum(degree) - degree, degree)] = col
+    return table
+
+
+def nearest(xp, points, queries):
+    """Index ``(m,)`` of the nearest of ``points`` to each of ``queries``."""
+    def host(p, q):
+        from scipy.spatial import cKDTree
+
+        return np.asarray(cKDTree(p).query(q, k=1, workers=-1)[1], dtype=np.int64).reshape(len(q))
+    out = host_callback(xp, host, (queries.shape[0],), np.int64, points, queries)
+    return _knn_brute_force(xp, points, 1, queries)[:, 0] if out is None else out
+
+
+def _knn_brute_force(xp, points, k, queries):
+    n, dim = points.shape
+    chunk = max(1, int(4e6 // max(n * dim, 1)))
+    rows = []
+    for start in range(0, queries.shape[0], chunk):
+        block = queries[start:min(start + chunk, queries.shape[0]), :]
+        diff = block[:, None, :] - points[None, :, :]
+        d2 = xp.sum(diff * diff, axis=-1)
+        rows.append(xp.argsort(d2, axis=1, stable=True)[:, :k])
+    return xp.astype(xp.concat(rows, axis=0), xp.int64)
