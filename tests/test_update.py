@@ -49,10 +49,15 @@ def test_flip_partners_of_a_vanishing_edge(backend):
     args = [backend.asarray(a) for a in (seeds, psi, LO, HI)]
 
     def run(y, w, lo, hi, before):
-        _, ok, flipped = kinetic._updated(xp, y, w, xp.ones((4,), dtype=xp.bool), lo, hi, before)
-        return ok, kinetic.flip_partners(xp, before.labels, before.count, flipped, 4)
-    ok, gained = backend.run(run, *args, before)
-    assert not backend.to_numpy(ok)[:2].any(), "A and B lose their common edge"
+        moved, ok, flipped = kinetic._updated(xp, y, w, xp.ones((4,), dtype=xp.bool), lo, hi, before)
+        return moved, ok, flipped, kinetic.flip_partners(xp, before.labels, before.count, flipped, 4)
+    moved, ok, flipped, gained = backend.run(run, *args, before)
+    assert backend.to_numpy(flipped)[:2].any(axis=1).all(), "A and B see their common edge reversed"
+    # they drop it, and are then exact: the only other change is the edge CD
+    assert backend.to_numpy(ok)[:2].all()
+    assert neighbour_sets(backend, moved)[:2] == [{j for j in ref[i]["facets"] if j >= 0} for i in (0, 1)]
+    assert neighbour_sets(backend, moved)[:2] == [{2, 3}, {2, 3}]
+    np.testing.assert_allclose(areas(backend, moved)[:2], [ref[0]["area"], ref[1]["area"]], rtol=1e-12)
     gained = [set(int(j) for j in row if j >= 0) for row in backend.to_numpy(gained)]
     assert gained == [set(), set(), {3}, {2}]
 

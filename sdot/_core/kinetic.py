@@ -131,8 +131,6 @@ def _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped):
     """:func:`update` after :func:`_updated`: clip the invalid cells again, from the box,
     and the cells that gain an edge by a flip; returns ``(cells, dirty)``."""
     n = seeds.shape[0]
-    # own copies (the vertices are new): written in place here and by the repair
-    cells = cells._replace(**{f: xp.asarray(getattr(cells, f), copy=True) for f in ("labels", "count", "overflow")})
     previous_neighbours = table(xp, previous)
     cap = previous.labels.shape[1]
 
@@ -152,8 +150,9 @@ def _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped):
 
     cells = reclip(cells, ~ok, previous_neighbours, True)
     gained = flip_partners(xp, previous.labels, previous.count, flipped, FLIP_WIDTH)
+    dirty = pg.around(xp, previous, ~ok | (cells.count != previous.count))   # with those that dropped edges
     cells = reclip(cells, xp.any(gained >= 0, axis=1), gained, False)
-    return cells, pg.around(xp, previous, ~ok)
+    return cells, dirty
 
 
 def _lines(xp, seeds, psi, lo, hi, rows, labels):
@@ -178,32 +177,73 @@ def _lines(xp, seeds, psi, lo, hi, rows, labels):
 
 
 def _updated(xp, seeds, psi, active, lo, hi, previous):
-    """Vertices from the combinatorics of ``previous``, and which cells stay valid.
+    """Vertices from the combinatorics of ``previous``, and which cells stay valid:
+    ``(cells, ok, flipped)``.
 
-    Vertex k meets the lines of edges k - 1 and k. A cell stays valid when
+    Vertex k meets the lines of edges k - 1 and k. A cell is valid when
     consecutive lines turn left, every edge keeps a non-negative length along
     its line and every vertex stays in the box: then it is the intersection of
     the half-planes of its edges (a superset of the true cell, which is all the
     area certificate needs). A flip (an edge vanishing here, appearing next
-    door) shows as a reversed edge in the cells that lose it; the cells that
-    gain one are among their neighbours.
+    door) shows as a reversed edge (``flipped``) in the cells that lose it: they
+    drop their reversed edges, and are valid if what is left is (eagerly only
+    the invalid cells are tried). The cells that gain an edge are among their
+    neighbours (:func:`flip_partners`).
     """
     n = previous.count.shape[0]
-    rows = xp.arange(n, dtype=xp.int64, device=aac.device(previous.count))
-    verts, ok, flipped = _compat.blockwise(
+    dev = aac.device(previous.count)
+    rows = xp.arange(n, dtype=xp.int64, device=dev)
+    verts, ok, flipped, reversed_ = _compat.blockwise(
         xp, lambda r, lab, c, v: _moved(xp, seeds, psi, active, lo, hi, r, lab, c, v),
         rows, previous.labels, previous.count, previous.vertices)
-    return previous._replace(vertices=verts, certified=xp.asarray(False, device=aac.device(verts))), ok, flipped
+    # own copies (the vertices are new): written in place here, by the update and the repair
+    cells = previous._replace(vertices=verts, certified=xp.asarray(False, device=dev), **{
+        f: xp.asarray(getattr(previous, f), copy=True) for f in ("labels", "count", "overflow")})
+    retry = ~ok & xp.any(reversed_, axis=1)
+    if not _compat.is_traced(retry):
+        if not _compat.host_any(xp, retry):
+            return cells, ok, flipped
+        rows, _ = _compat.true_entries(xp, retry)       # their padding rows have retry False
+    sub = pg.take_rows(xp, cells, rows)
+    dropped, fixed = _dropped(xp, seeds, psi, active, lo, hi, rows, sub, xp.take(reversed_, rows, axis=0))
+    fixed = fixed & xp.take(retry, rows)
+    cells = pg.put_rows(xp, cells, rows, pg.keep_rows(xp, fixed, dropped, sub))
+    return cells, ok | pg.mask_of(xp, rows, fixed, n), flipped
 
 
 @_compat.jit_on_jax()
 def _moved(xp, seeds, psi, active, lo, hi, rows, labels, count, old_vertices):
-    """Kernel of :func:`_updated` for the cells ``rows``: ``(vertices, ok, flipped)``."""
-    n, cap = labels.shape
-    k = xp.arange(cap, dtype=xp.int64, device=aac.device(labels))[None, :]
+    """Kernel of :func:`_updated` for the cells ``rows``: ``(vertices, ok, flipped,
+    reversed)``."""
+    normal, offset = _lines(xp, seeds, psi, lo, hi, rows, labels)
+    verts, ok, reversed_ = _polygons(xp, seeds, active, lo, hi, rows, normal, offset, count, old_vertices)
+    return verts, ok, reversed_ & (labels >= 0), reversed_
+
+
+@_compat.jit_on_jax()
+def _dropped(xp, seeds, psi, active, lo, hi, rows, cells, reversed_):
+    """The cells ``rows`` without their ``reversed`` edges (the others first, in
+    order), and whether they are valid: ``(cells, ok)``."""
+    n, cap = cells.labels.shape
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(rows))[None, :]
+    kept = (k < cells.count[:, None]) & ~reversed_
+    order = xp.argsort(xp.astype(~kept, xp.int8), axis=1, stable=True)
+    count = xp.sum(xp.astype(kept, cells.count.dtype), axis=1)
+    labels = xp.where(k < count[:, None], xp.take_along_axis(cells.labels, order, axis=1), -1)
+    normal, offset = _lines(xp, seeds, psi, lo, hi, rows, labels)
+    verts, ok, _ = _polygons(xp, seeds, active, lo, hi, rows, normal, offset, count, cells.vertices)
+    return cells._replace(vertices=verts, labels=labels, count=count), ok
+
+
+def _polygons(xp, seeds, active, lo, hi, rows, normal, offset, count, old_vertices):
+    """The cells ``rows`` whose edges lie on the lines ``u . normal = offset``
+    (relative to the seed; lines k - 1 and k meet at vertex k): ``(vertices, ok,
+    reversed)``. ``ok``: valid (see :func:`_updated`); ``reversed`` (per slot):
+    a negative edge length along its line, up to rounding."""
+    n, cap = offset.shape
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(count))[None, :]
     cnt = xp.maximum(count, 1)[:, None]
     valid = k < count[:, None]
-    normal, offset = _lines(xp, seeds, psi, lo, hi, rows, labels)
     prev = (k - 1 + cnt) % cnt
     n_a, o_a = gather(normal, prev), gather(offset, prev)
     det = n_a[..., 0] * normal[..., 1] - n_a[..., 1] * normal[..., 0]
@@ -220,8 +260,7 @@ def _moved(xp, seeds, psi, active, lo, hi, rows, labels, count, old_vertices):
     inside = xp.all((verts >= lo_rel - tol[..., None]) & (verts <= hi_rel + tol[..., None]), axis=-1)
     good = (det > 0) & (along >= -tol) & inside
     ok = xp.all(good | ~valid, axis=1) & ((count >= 3) | ~xp.take(active, rows))
-    flipped = valid & (labels >= 0) & (along < -tol)
-    return verts, ok, flipped
+    return verts, ok, valid & (along < -tol)
 
 
 def flip_partners(xp, labels, count, flipped, width: int):
