@@ -15,8 +15,9 @@ half-plane ``u . d <= (|d|^2 + psi_i - psi_j) / 2`` with ``d = y_j - y_i``.
 2. Certificate: a cell clipped by a subset of its constraints contains the
    true cell, and the true cells tile the box, so ``sum_i area(P_i) >= area(box)``
    with equality iff every ``P_i`` is exact. Checked up to rounding.
-3. Repair while the certificate fails (:mod:`.repair`): local regularity
-   tests, then exact nearest-lifted-seed tests, of the cells' vertices.
+3. Repair (:mod:`.repair`): local regularity tests of the vertices of the
+   cells that changed, and of those they touch; while the certificate fails,
+   of every vertex, then exact tests (nearest lifted seed).
 
 Cells are polygons of fixed capacity (:mod:`.polygons`). Shapes are static;
 eagerly the repairs only touch the cells that need them and a capacity
