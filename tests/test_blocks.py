@@ -1,5 +1,5 @@
 """Eager NumPy and torch run the row-wise kernels (clipping, kinetic update, flip
-pairs, local cutters, integrals) in blocks of ``_compat.control.BLOCK`` rows, to bound their
+pairs, local cutters, areas, integrals) in blocks of ``_compat.control.BLOCK`` rows, to bound their
 memory: each must give the same result whatever the block size. (A whole solve
 would not show a wrong block: the repair heals the cells.)"""
 import numpy as np
@@ -26,7 +26,8 @@ def kernels(xp, b):
     return dict(vertices=moved.vertices, ok=ok, flipped=flipped,
                 flips=kinetic.flip_partners(xp, before.labels, before.count, flipped, 4),
                 cutters=repair.local_cutters(xp, seeds, psi1, active, moved, rows, table),
-                clipped=clipped.vertices, count=clipped.count, moments=moments, facet=facet)
+                clipped=clipped.vertices, count=clipped.count, moments=moments, facet=facet,
+                area=polygons.area_excess(xp, moved, lo, hi)[0])
 
 
 @pytest.mark.parametrize("name", ["numpy", "torch"])

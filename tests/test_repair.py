@@ -4,11 +4,24 @@ Ground truth: scipy's half-space intersections (``reference_cell`` of
 test_power_diagram), computed without sdot.
 """
 import numpy as np
+import pytest
+from scipy.optimize import linprog
+from scipy.spatial import ConvexHull, HalfspaceIntersection
 
 from sdot._core import geometry, polygons, repair
-from test_power_diagram import N, reference_cell
+from test_power_diagram import N, constraints, reference_cell
 
 LO, HI = np.zeros(2), np.ones(2)
+
+
+def area_without(seeds, i, j):
+    """scipy's area of cell i (zero weights, unit box) without the constraint of seed j."""
+    h, labels = constraints(seeds, np.zeros(len(seeds)), i, (0.0, 0.0), (1.0, 1.0))
+    h = h[labels != j]
+    norm = np.linalg.norm(h[:, :2], axis=1)
+    lp = linprog([0.0, 0.0, -1.0], A_ub=np.column_stack([h[:, :2], norm]), b_ub=-h[:, 2],
+                 bounds=[(None, None), (None, None), (0.0, None)], method="highs")
+    return ConvexHull(HalfspaceIntersection(h, lp.x[:2]).intersections).volume
 
 
 def test_repair_finds_a_sliver_the_fp32_certificate_cannot_see(backend):
@@ -37,7 +50,10 @@ def test_repair_finds_a_sliver_the_fp32_certificate_cannot_see(backend):
         return missing, excess, tol, repair.repair(xp, y, psi, active, lo, hi, wrong, dirty)   # in place
 
     missing, excess, tol, fixed = backend.run(run, *(backend.asarray(a, np.float32) for a in (seeds, LO, HI)))
-    assert bool(missing) and 0 < float(excess) <= float(tol), "the certificate must not see the missing edge"
+    sliver = area_without(seeds, i, j) - ref["area"]
+    assert 1e-6 < sliver < 2e-6
+    assert float(excess) == pytest.approx(sliver, abs=3e-7)        # the FP32 sum of the areas
+    assert bool(missing) and float(excess) <= float(tol), "the certificate must not see the missing edge"
     labels = backend.to_numpy(fixed.labels)[i, :int(backend.to_numpy(fixed.count)[i])]
     assert sorted(int(k) for k in labels) == sorted(ref["facets"])
     verts = backend.to_numpy(fixed.vertices)[i, :len(labels)].astype(np.float64)

@@ -173,20 +173,25 @@ def _clip_block(xp, seeds, psi, active, cells, rows, candidates):
     return cells.vertices, cells.labels, cells.count, cells.overflow
 
 
-@_compat.jit_on_jax()
 def area_excess(xp, cells, lo, hi):
     """``(sum of cell areas - box area, tolerance)``: the certificate of exactness."""
-    v, count = cells.vertices, cells.count
+    area, square = _compat.blockwise(xp, lambda v, c: _area_terms(xp, v, c), cells.vertices, cells.count)
+    box = xp.prod(hi - lo)
+    tol = 64.0 * xp.finfo(area.dtype).eps * (box + xp.sqrt(xp.sum(square)) * xp.sqrt(box))
+    return xp.sum(area) - box, tol
+
+
+@_compat.jit_on_jax()
+def _area_terms(xp, v, count):
+    """Per cell, its area (the fan of triangles ``(v_0, v_k, v_k+1)``, ``k < count - 1``)
+    and the sum of its squared vertex norms (the rounding scale)."""
     n, cap, _ = v.shape
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(v))[None, :]
-    cnt = xp.maximum(count, 1)[:, None]
-    w = gather(v, (k + 1) % cnt)
-    cross = v[..., 0] * w[..., 1] - v[..., 1] * w[..., 0]
-    area = 0.5 * xp.sum(xp.where(k < count[:, None], cross, 0.0))
-    box = xp.prod(hi - lo)
-    scale = xp.sqrt(xp.sum(xp.where(k < count[:, None], v[..., 0] ** 2 + v[..., 1] ** 2, 0.0)))
-    tol = 64.0 * xp.finfo(v.dtype).eps * (box + scale * xp.sqrt(box))
-    return area - box, tol
+    x, y = v[..., 0], v[..., 1]
+    dx, dy = x - x[:, :1], y - y[:, :1]
+    cross = dx[:, :-1] * dy[:, 1:] - dy[:, :-1] * dx[:, 1:]
+    area = 0.5 * xp.sum(xp.where(k[:, :-1] < count[:, None] - 1, cross, 0.0), axis=1)
+    return area, xp.sum(xp.where(k < count[:, None], x * x + y * y, 0.0), axis=1)
 
 
 @_compat.jit_on_jax("width")
@@ -254,8 +259,7 @@ def around(xp, cells, mask):
 
 def hits(xp, idx, n):
     """Boolean mask (n,) of the entries ``idx`` (-1 ignored)."""
-    ok = idx >= 0
-    return _compat.segment_sum(xp, xp.astype(ok, xp.int64), xp.where(ok, idx, 0), n) > 0
+    return _compat.hits(xp, idx, n)
 
 
 def mask_of(xp, rows, valid, n):

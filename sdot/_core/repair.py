@@ -32,6 +32,7 @@ class _RepairState(NamedTuple):
     dirty: object       # (n,) cells to test next
     mode: object        # () 0: dirty cells, 1: a sweep of every cell, 2: an exact sweep
     rounds: object      # () rounds done
+    held: object        # () the certificate held (clipping by cutters keeps it)
 
 
 def repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds: int = ROUNDS):
@@ -43,7 +44,8 @@ def repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds: int = ROUNDS):
     changed: those cells, their cutters and their neighbours, until none is
     left, even once the certificate holds: its rounding tolerance can hide a
     sliver of a cell in FP32 (measured: 3% of a cell, 4e-5 of the area, at 300
-    seeds). When no dirty cell is left without the certificate holding, every
+    seeds); then the certificate is not computed again, since clipping by true
+    cutters keeps it. When no dirty cell is left without the certificate holding, every
     cell is tested (mode 1), then every vertex exactly (mode 2); an exact sweep
     without cutters certifies the cells up to rounding.
     """
@@ -58,10 +60,11 @@ def repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds: int = ROUNDS):
         return (~state.cells.certified | pending(state)) & (state.rounds < rounds)
 
     def work(state, holds):
-        cells, dirty, mode, _ = state
+        cells, dirty, mode = state.cells, state.dirty, state.mode
         rows, valid = _compat.select(xp, dirty, pg.budget(xp, dirty))
         cut = _compat.cond(mode == 2, lambda: exact_cutters(xp, seeds, psi, active, cells, rows),
-                           lambda: local_cutters(xp, seeds, psi, active, cells, rows, table(xp, cells, TABLE_WIDTH)))
+                           lambda: local_cutters(xp, seeds, psi, active, cells, rows,
+                                                 table(xp, cells, TABLE_WIDTH, rows)))
         cut = xp.where(valid[:, None], cut, -1)
         left = dirty & ~pg.mask_of(xp, rows, valid, n)
         found = pg.any_true(xp, cut >= 0)
@@ -73,25 +76,38 @@ def repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds: int = ROUNDS):
         mode = xp.where(found, 0, xp.where(exhausted, mode + 1, mode))
         return cells._replace(certified=(holds & ~found) | (exhausted & (mode > 2))), dirty, mode
 
+    def certificate(cells):
+        excess, tol = area_excess(xp, cells, lo, hi)
+        return excess <= tol
+
     def body(state):
-        excess, tol = area_excess(xp, state.cells, lo, hi)
-        holds = excess <= tol
+        holds = _compat.cond(state.held, lambda: state.held, lambda: certificate(state.cells))
         cells, dirty, mode = _compat.cond(
             ~holds | pending(state), lambda: work(state, holds),
             lambda: (state.cells._replace(certified=done), state.dirty, state.mode))
-        return _RepairState(cells, dirty, mode, state.rounds + 1)
+        return _RepairState(cells, dirty, mode, state.rounds + 1, holds)
 
     zero = xp.asarray(0, dtype=xp.int64, device=dev)
-    state = _RepairState(cells._replace(certified=~done), dirty, zero, zero)
+    state = _RepairState(cells._replace(certified=~done), dirty, zero, zero, ~done)
     return _compat.while_loop(cond, body, state).cells
 
 
-def table(xp, cells, width=None):
-    """Neighbour table: every neighbour eagerly (at most ``width``), ``TABLE_TRACED`` traced."""
+def table(xp, cells, width=None, rows=None):
+    """Neighbour table: every neighbour eagerly (at most ``width``), ``TABLE_TRACED`` traced.
+    Eagerly with ``rows``, only the rows of their neighbours (the others -1) if they are few."""
     if _compat.is_traced(cells.labels):
         return neighbours(xp, cells, min(cells.labels.shape[1], TABLE_TRACED))
     degree = max(max_degree(xp, cells), 1)
-    return neighbours(xp, cells, degree if width is None else min(degree, width))
+    width = degree if width is None else min(degree, width)
+    n = cells.count.shape[0]
+    if rows is None or 8 * rows.shape[0] > n:
+        return neighbours(xp, cells, width)
+    sub = pg.take_rows(xp, cells, rows)
+    k = xp.arange(sub.labels.shape[1], dtype=xp.int64, device=aac.device(rows))[None, :]
+    lab = xp.where((k < sub.count[:, None]) & (sub.labels >= 0), sub.labels, -1)
+    needed, _ = _compat.true_entries(xp, pg.hits(xp, xp.reshape(lab, (-1,)), n))
+    out = -xp.ones((n, width), dtype=xp.int64, device=aac.device(rows))
+    return _compat.put_rows(xp, out, needed, neighbours(xp, pg.take_rows(xp, cells, needed), width))
 
 
 def local_cutters(xp, seeds, psi, active, cells, rows, table):

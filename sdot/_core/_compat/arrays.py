@@ -32,6 +32,20 @@ def flat_take(x, idx):
     return xp.reshape(out, tuple(idx.shape) + tuple(x.shape[1:]))
 
 
+def hits(xp, idx, n: int):
+    """Boolean mask (n,) of the entries of the 1-d ``idx`` (negative entries ignored,
+    duplicates allowed): a scatter of True (a scatter-add in pure array API)."""
+    slot = xp.where(idx >= 0, idx, n)
+    if aac.is_numpy_array(idx) or aac.is_torch_array(idx):
+        out = xp.zeros((n + 1,), dtype=xp.bool, device=aac.device(idx))
+        out[slot] = True
+        return out[:n]
+    if aac.is_jax_array(idx):
+        return xp.zeros((n + 1,), dtype=xp.bool).at[slot].set(True)[:n]
+    ones = xp.ones(idx.shape, dtype=xp.int64, device=aac.device(idx))
+    return segment_sum(xp, ones, slot, n + 1)[:n] > 0
+
+
 def segment_sum(xp, values, ids, n: int):
     """``out[k] = sum of values[ids == k]`` along axis 0 (duplicates accumulate)."""
     if aac.is_torch_array(values):
