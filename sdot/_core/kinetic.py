@@ -186,8 +186,8 @@ def _updated(xp, seeds, psi, active, lo, hi, previous):
     the half-planes of its edges (a superset of the true cell, which is all the
     area certificate needs). A flip (an edge vanishing here, appearing next
     door) shows as a reversed edge (``flipped``) in the cells that lose it: they
-    drop their reversed edges, and are valid if what is left is (eagerly only
-    the invalid cells are tried). The cells that gain an edge are among their
+    drop their reversed edges, and are valid if what is left is (only the
+    invalid cells are tried; traced, at most :func:`.polygons.budget` of them). The cells that gain an edge are among their
     neighbours (:func:`flip_partners`).
     """
     n = previous.count.shape[0]
@@ -200,10 +200,9 @@ def _updated(xp, seeds, psi, active, lo, hi, previous):
     cells = previous._replace(vertices=verts, certified=xp.asarray(False, device=dev), **{
         f: xp.asarray(getattr(previous, f), copy=True) for f in ("labels", "count", "overflow")})
     retry = ~ok & xp.any(reversed_, axis=1)
-    if not _compat.is_traced(retry):
-        if not _compat.host_any(xp, retry):
-            return cells, ok, flipped
-        rows, _ = _compat.true_entries(xp, retry)       # their padding rows have retry False
+    if not _compat.is_traced(retry) and not _compat.host_any(xp, retry):
+        return cells, ok, flipped
+    rows, _ = _compat.select(xp, retry, pg.budget(xp, retry))     # padding rows: retry False
     sub = pg.take_rows(xp, cells, rows)
     dropped, fixed = _dropped(xp, seeds, psi, active, lo, hi, rows, sub, xp.take(reversed_, rows, axis=0))
     fixed = fixed & xp.take(retry, rows)
