@@ -186,9 +186,9 @@ def _updated(xp, seeds, psi, active, lo, hi, previous):
     the half-planes of its edges (a superset of the true cell, which is all the
     area certificate needs). A flip (an edge vanishing here, appearing next
     door) shows as a reversed edge (``flipped``) in the cells that lose it: they
-    drop their reversed edges, and are valid if what is left is (only the
-    invalid cells are tried; traced, at most :func:`.polygons.budget` of them). The cells that gain an edge are among their
-    neighbours (:func:`flip_partners`).
+    drop their reversed edges, and are valid if what is left is (only invalid
+    cells are retried; traced, at most :func:`.polygons.budget` of them). The
+    cells that gain an edge are among their neighbours (:func:`flip_partners`).
     """
     n = previous.count.shape[0]
     dev = aac.device(previous.count)
