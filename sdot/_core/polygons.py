@@ -257,9 +257,8 @@ def around(xp, cells, mask):
     return mask | hits(xp, xp.reshape(lab, (-1,)), n)
 
 
-def hits(xp, idx, n):
-    """Boolean mask (n,) of the entries ``idx`` (-1 ignored)."""
-    return _compat.hits(xp, idx, n)
+#: Boolean mask (n,) of the entries ``idx`` (-1 ignored).
+hits = _compat.hits
 
 
 def mask_of(xp, rows, valid, n):

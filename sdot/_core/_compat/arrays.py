@@ -41,7 +41,7 @@ def hits(xp, idx, n: int):
         out[slot] = True
         return out[:n]
     if aac.is_jax_array(idx):
-        return xp.zeros((n + 1,), dtype=xp.bool).at[slot].set(True)[:n]
+        return xp.zeros((n + 1,), dtype=xp.bool, device=aac.device(idx)).at[slot].set(True)[:n]
     ones = xp.ones(idx.shape, dtype=xp.int64, device=aac.device(idx))
     return segment_sum(xp, ones, slot, n + 1)[:n] > 0
 
