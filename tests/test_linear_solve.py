@@ -91,3 +91,18 @@ def test_newton_solves_to_a_tenth_of_the_tolerance():
 
     rtol = [float(newton._linear_rtol(xp, 1e-8, xp.asarray(norm))) for norm in (1e-2, 1.0, 1e-7, 1e3)]
     assert rtol == pytest.approx([1e-7, 1e-9, 1e-5, 1e-10], rel=1e-12)
+
+
+@pytest.mark.parametrize("sort", [False, True])
+def test_host_matrix_equals_the_assembled_sum(sort):
+    """``_host_matrix`` (sorted rows: no sort; else a stable sort) equals ``D - W``
+    assembled by scipy, with repeated entries summed and zero weights dropped."""
+    rng = np.random.default_rng(3)
+    n = 60
+    rows, cols = rng.integers(0, n, 500), rng.integers(0, n, 500)
+    rows = np.sort(rows) if sort else rows
+    w = rng.random(500) * (rng.random(500) > 0.3)
+    diag = rng.random(n) + 1.0
+    mat = linalg._host_matrix(rows, cols, w, diag)
+    assert mat.nnz == n + np.count_nonzero(w)
+    np.testing.assert_allclose(mat.toarray(), dense(rows, cols, w, diag).toarray(), rtol=0, atol=1e-15)

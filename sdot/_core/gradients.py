@@ -72,7 +72,7 @@ def c_transform(xp, seeds, cells, psi):
     n, cap, _ = cells.vertices.shape
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(seeds))[None, :]
     u = cells.vertices
-    phi = xp.where(k < cells.count[:, None], xp.sum(u * u, axis=-1) - psi[:, None], -xp.inf)
+    phi = xp.where(k < cells.count[:, None], _compat.dot(u, u) - psi[:, None], -xp.inf)
     points = xp.reshape(u + seeds[:, None, :], (n * cap, 2))
     phi = xp.reshape(phi, (-1,))
     block = max(1, min(n, int(2 ** 22 // max(n * cap, 1))))
@@ -81,7 +81,7 @@ def c_transform(xp, seeds, cells, psi):
         idx = xp.minimum(start + xp.arange(block, dtype=xp.int64, device=aac.device(seeds)), n - 1)
         y = xp.take(seeds, idx, axis=0)
         d = points[None, :, :] - y[:, None, :]
-        return idx, xp.min(xp.sum(d * d, axis=-1) - phi[None, :], axis=1)
+        return idx, xp.min(_compat.dot(d, d) - phi[None, :], axis=1)
 
     def body(b, out):
         idx, value = rows(b * block)

@@ -122,13 +122,13 @@ class Piece(NamedTuple):
 def _visit_pieces(xp, e, grid_shape, visit, acc):
     """``acc = visit(piece, acc)`` for every piece rank r (see the module docstring)."""
     dev = aac.device(e.a)
-    pieces = xp.sum(e.n_cross, axis=-1) + 1                        # per edge
+    pieces = e.n_cross[:, 0] + e.n_cross[:, 1] + 1                       # per edge
     last = xp.max(xp.where(e.valid, pieces, 0))
 
     def body(state):
         r, m, t0, acc = state
         tm = e.crossing(xp, m)                                     # (P, 2)
-        t1 = xp.min(tm, axis=-1)
+        t1 = xp.minimum(tm[:, 0], tm[:, 1])
         p = e.a + t0[:, None] * (e.b - e.a)
         q = e.a + t1[:, None] * (e.b - e.a)
         mid = xp.maximum(e.origin + 0.5 * (p + q), 0.0) * e.scale

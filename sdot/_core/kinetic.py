@@ -162,7 +162,7 @@ def _lines(xp, seeds, psi, lo, hi, rows, labels):
     own = xp.take(seeds, rows, axis=0)
     j = xp.where(labels >= 0, labels, 0)
     d = _compat.flat_take(seeds, j) - own[:, None, :]
-    offset = 0.5 * (xp.sum(d * d, axis=-1) + xp.take(psi, rows)[:, None]
+    offset = 0.5 * (_compat.dot(d, d) + xp.take(psi, rows)[:, None]
                     - xp.reshape(xp.take(psi, xp.reshape(j, (-1,))), (n, cap)))
     side = -1 - labels                                   # 0: y = lo, 1: x = hi, 2: y = hi, 3: x = lo
     zero, one = xp.zeros_like(offset), xp.ones_like(offset)
@@ -256,7 +256,8 @@ def _polygons(xp, seeds, active, lo, hi, rows, normal, offset, count, old_vertic
     along = (nxt[..., 0] - vx) * -normal[..., 1] + (nxt[..., 1] - vy) * normal[..., 0]
     own = xp.take(seeds, rows, axis=0)
     lo_rel, hi_rel = (lo[None, :] - own)[:, None, :], (hi[None, :] - own)[:, None, :]
-    inside = xp.all((verts >= lo_rel - tol[..., None]) & (verts <= hi_rel + tol[..., None]), axis=-1)
+    inside = ((vx >= lo_rel[..., 0] - tol) & (vx <= hi_rel[..., 0] + tol)
+              & (vy >= lo_rel[..., 1] - tol) & (vy <= hi_rel[..., 1] + tol))
     good = (det > 0) & (along >= -tol) & inside
     ok = xp.all(good | ~valid, axis=1) & ((count >= 3) | ~xp.take(active, rows))
     return verts, ok, valid & (along < -tol)

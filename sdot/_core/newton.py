@@ -160,7 +160,7 @@ def _laplacian(xp, seeds, cells, facet, active, rhs):
     is_facet = (k < cells.count[:, None]) & (cells.labels >= 0)
     other = xp.where(is_facet, cells.labels, row)
     diff = _compat.flat_take(seeds, other) - seeds[:, None, :]
-    dist = xp.sqrt(xp.sum(diff * diff, axis=-1))
+    dist = xp.sqrt(_compat.dot(diff, diff))
     w = xp.where(is_facet, facet / (2.0 * xp.where(is_facet, dist, 1.0)), 0.0)
     diag = xp.sum(w, axis=1)
     scale = xp.sum(diag) / xp.maximum(xp.sum(xp.astype(active, diag.dtype)), 1.0)

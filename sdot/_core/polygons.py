@@ -80,7 +80,7 @@ def clip_polygons(xp, verts, labels, count, normal, offset, label, skip):
     k = xp.arange(cap, dtype=xp.int64, device=dev)[None, :]
     valid = k < count[:, None]
     cnt = xp.maximum(count, 1)[:, None]
-    s = xp.sum(verts * normal[:, None, :], axis=-1) - offset[:, None]
+    s = _compat.dot(verts, normal[:, None, :]) - offset[:, None]
     out = valid & (s > 0) & ~skip[:, None]
     changed = xp.any(out, axis=1)
     out_prev = gather(out, (k - 1 + cnt) % cnt)
@@ -119,7 +119,7 @@ def _half_planes(xp, seeds, psi, active, count, rows, j):
     none = j < 0
     j = xp.where(none, rows, j)
     d = xp.take(seeds, j, axis=0) - xp.take(seeds, rows, axis=0)
-    offset = 0.5 * (xp.sum(d * d, axis=1) + xp.take(psi, rows) - xp.take(psi, j))
+    offset = 0.5 * (_compat.dot(d, d) + xp.take(psi, rows) - xp.take(psi, j))
     skip = none | (j == rows) | ~xp.take(active, j) | (count == 0)
     return d, offset, j, skip
 

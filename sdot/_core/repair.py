@@ -169,7 +169,7 @@ def _best_cutter(xp, seeds, psi, active, u, row, cand):
     ``power_row(v) - power_j(v) = 2 (f_j(v) - f_row(v))``: one gather of
     ``(y_j, h_j)`` per candidate.
     """
-    h = xp.where(active, 0.5 * (psi - xp.sum(seeds * seeds, axis=1)), -xp.inf)
+    h = xp.where(active, 0.5 * (psi - _compat.dot(seeds, seeds)), -xp.inf)
     planes = xp.concat([seeds, h[:, None]], axis=1)                     # (n, 3)
     ok = (cand >= 0) & (cand != row[:, None])
     c = _compat.flat_take(planes, xp.where(ok, cand, 0))               # (P, C, 3)

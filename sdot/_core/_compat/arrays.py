@@ -32,6 +32,16 @@ def flat_take(x, idx):
     return xp.reshape(out, tuple(idx.shape) + tuple(x.shape[1:]))
 
 
+def dot(a, b):
+    """``sum(a * b, axis=-1)`` for a short last axis (coordinates), as a sum of its
+    slices: NumPy reduces an axis of length 2 about ten times slower than it adds
+    two slices."""
+    out = a[..., 0] * b[..., 0]
+    for i in range(1, a.shape[-1]):
+        out = out + a[..., i] * b[..., i]
+    return out
+
+
 def hits(xp, idx, n: int):
     """Boolean mask (n,) of the entries of the 1-d ``idx`` (negative entries ignored,
     duplicates allowed): a scatter of True (a scatter-add in pure array API)."""

@@ -28,16 +28,31 @@ def solve_laplacian(xp, rows, cols, weights, diag, rhs, rtol=None):
         rtol = xp.asarray(CG_RTOL, dtype=rhs.dtype, device=aac.device(rhs))
 
     def host(r, c, w, d, b, tol):
-        import scipy.sparse as sp
-
-        n = d.shape[0]
-        ar = np.arange(n)
-        mat = sp.csr_matrix(
-            (np.concatenate([-w.astype(np.float64), d.astype(np.float64)]),
-             (np.concatenate([r, ar]), np.concatenate([c, ar]))), shape=(n, n))
-        return _factor_cache.solve(mat, b.astype(np.float64), float(tol))
+        return _factor_cache.solve(_host_matrix(r, c, w, d), b.astype(np.float64), float(tol))
     out = host_callback(xp, host, tuple(rhs.shape), _numpy_dtype(rhs), rows, cols, weights, diag, rhs, rtol)
     return _solve_cg(xp, rows, cols, weights, diag, rhs, rtol) if out is None else out
+
+
+def _host_matrix(rows, cols, weights, diag):
+    """``D - W`` as a scipy CSR matrix in FP64, built without sorting when ``rows``
+    is non-decreasing (the Newton step's are): each row holds its diagonal, then
+    its entries of nonzero weight in their order (repeats are summed by the
+    product and by the factorisation)."""
+    import scipy.sparse as sp
+
+    if np.any(rows[1:] < rows[:-1]):
+        order = np.argsort(rows, kind="stable")
+        rows, cols, weights = rows[order], cols[order], weights[order]
+    keep = weights != 0
+    rows, cols, weights = rows[keep], cols[keep], weights[keep]
+    n = diag.shape[0]
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n) + 1, out=indptr[1:])
+    at = np.arange(rows.size) + rows + 1       # past the diagonals of rows 0..rows
+    data, indices = np.empty(indptr[-1], dtype=np.float64), np.empty(indptr[-1], dtype=np.int64)
+    data[indptr[:-1]], indices[indptr[:-1]] = diag, np.arange(n)
+    data[at], indices[at] = -weights, cols
+    return sp.csr_matrix((data, indices, indptr), shape=(n, n))
 
 
 #: Default relative residual of the conjugate gradients.
