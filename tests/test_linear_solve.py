@@ -106,38 +106,3 @@ def test_host_matrix_equals_the_assembled_sum(sort):
     mat = linalg._host_matrix(rows, cols, w, diag)
     assert mat.nnz == n + np.count_nonzero(w)
     np.testing.assert_allclose(mat.toarray(), dense(rows, cols, w, diag).toarray(), rtol=0, atol=1e-15)
-
-
-def test_aged_factors_are_refreshed_in_the_background(monkeypatch):
-    """A reuse that needs more than ``CG_REFRESH`` iterations leaves the factors of its
-    own matrix computing in the background; the next solve waits for them, so a
-    solve of that same matrix takes one iteration. If that factorisation fails, the
-    next solve factorises in the foreground."""
-    import array_api_compat.numpy as xp
-
-    rng = np.random.default_rng(4)
-    cache = linalg._FactorCache()
-    monkeypatch.setattr(linalg, "_factor_cache", cache)
-    monkeypatch.setattr(linalg, "CG_REFRESH", 0)
-    iterations = []
-    pcg = linalg._pcg
-    monkeypatch.setattr(linalg, "_pcg", lambda *a: (lambda r: iterations.append(r[1]) or r)(pcg(*a)))
-    rows, cols, w, diag = laplacian(rng, 500, 0.0)
-    b = rng.standard_normal(500)
-    _compat.solve_laplacian(xp, rows, cols, w, diag, b)
-    assert (cache.factorisations, cache.reuses, iterations) == (1, 0, [])
-    w2 = w * (1.0 + 0.5 * rng.random(w.size))
-    w2 = np.concatenate([w2[:w.size // 2], w2[:w.size // 2]])
-    diag2 = np.bincount(rows, weights=w2, minlength=500) + 1e-3
-    _compat.solve_laplacian(xp, rows, cols, w2, diag2, b)
-    assert isinstance(cache.lu, linalg._Background) and iterations[0] > 1
-    x = _compat.solve_laplacian(xp, rows, cols, w2, diag2, 2.0 * b)
-    assert iterations[1] == 1 and cache.reuses == 2
-    np.testing.assert_allclose(x, spsolve(dense(rows, cols, w2, diag2).tocsc(), 2.0 * b), rtol=1e-9)
-
-    def fail(mat):
-        raise RuntimeError("Factor is exactly singular")
-    monkeypatch.setattr(linalg, "_factorise", fail)
-    cache.lu = linalg._Background(fail, None)
-    with pytest.raises(RuntimeError, match="singular"):
-        _compat.solve_laplacian(xp, rows, cols, w2, diag2, b)

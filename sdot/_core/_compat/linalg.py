@@ -18,10 +18,10 @@ def solve_laplacian(xp, rows, cols, weights, diag, rhs, rtol=None):
     ``W[rows, cols] += weights`` (entries may repeat), ``D = diag`` (already
     including the gauge regulariser), to a relative residual ``rtol`` (a 0-d
     array; default :data:`CG_RTOL`). On the host, in FP64: conjugate gradient
-    preconditioned by the sparse LU factors of an earlier matrix of the same size
-    (successive Newton matrices differ little; see :class:`_FactorCache`), or,
-    when that does not reach ``rtol`` in :data:`CG_MAX_ITER` iterations, a new
-    factorisation (scipy's SuperLU in symmetric mode). Jacobi-preconditioned
+    preconditioned by the sparse LU factors of the last matrix of the same size
+    (successive Newton matrices differ little), or, when that does not reach
+    ``rtol`` in :data:`CG_MAX_ITER` iterations, a new factorisation (scipy's
+    SuperLU in symmetric mode), kept for the next solve. Jacobi-preconditioned
     conjugate gradient in pure array API where the host is not reachable.
     """
     if rtol is None:
@@ -59,22 +59,14 @@ def _host_matrix(rows, cols, weights, diag):
 CG_RTOL = 1e-10
 #: Iterations allowed before a new factorisation.
 CG_MAX_ITER = 40
-#: Iterations beyond which the factors have aged: those of the matrix just solved
-#: are computed, in the background, for the next solve.
+#: Iterations beyond which the factors are refreshed for the next solve.
 CG_REFRESH = 20
 
 
 class _FactorCache:
-    """Sparse LU factors for the next solve of the process (one solve at a time,
-    under a lock: not thread-local, XLA runs host callbacks on threads of its own).
-
-    A solve preconditions conjugate gradients with the factors it finds. When they
-    needed more than :data:`CG_REFRESH` iterations, the factors of the matrix just
-    solved are computed on a background thread (SuperLU releases the GIL) while the
-    caller builds the next Newton matrix; the next solve waits for them, so what it
-    computes does not depend on timing. ``factorisations`` and ``reuses`` count
-    the factorisations started and the solves by conjugate gradients.
-    """
+    """The last sparse LU factorisation of the process (one at a time, under a lock:
+    not thread-local, XLA runs host callbacks on threads of its own);
+    ``factorisations`` and ``reuses`` count what :meth:`solve` did."""
 
     def __init__(self):
         self.lu, self.factorisations, self.reuses = None, 0, 0
@@ -85,52 +77,21 @@ class _FactorCache:
             return self._solve(mat, b, rtol)
 
     def _solve(self, mat, b, rtol):
+        from scipy.sparse.linalg import splu
+
         lu, self.lu = self.lu, None
-        if isinstance(lu, _Background):
-            lu = lu.result()
         if lu is not None and lu.shape == mat.shape:
             x, iterations = _pcg(mat, b, lu.solve, rtol, CG_MAX_ITER)
             if x is not None:
                 self.reuses += 1
-                if iterations > CG_REFRESH:
-                    self.factorisations += 1
-                    self.lu = _Background(_factorise, mat)
-                else:
+                if iterations <= CG_REFRESH:    # else the factors have aged: new ones next time
                     self.lu = lu
                 return x
-        del lu
+        lu = splu(mat.tocsc(), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+                  options=dict(SymmetricMode=True))
+        self.lu = lu
         self.factorisations += 1
-        self.lu = _factorise(mat)
-        return self.lu.solve(b)
-
-
-def _factorise(mat):
-    """SuperLU factors of the symmetric ``mat`` (symmetric mode, minimum degree ordering)."""
-    from scipy.sparse.linalg import splu
-
-    return splu(mat.tocsc(), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
-                options=dict(SymmetricMode=True))
-
-
-class _Background:
-    """``fn(*args)`` on a daemon thread; :meth:`result` waits for its value (None if it
-    raised: the caller then factorises in the foreground, where the error surfaces)."""
-
-    def __init__(self, fn, *args):
-        self._done, self._value = threading.Event(), None
-        threading.Thread(target=self._run, args=(fn, *args), daemon=True, name="sdot-factorise").start()
-
-    def _run(self, fn, *args):
-        try:
-            self._value = fn(*args)
-        except Exception:   # noqa: BLE001 - reported by the foreground factorisation
-            pass
-        finally:
-            self._done.set()
-
-    def result(self):
-        self._done.wait()
-        return self._value
+        return lu.solve(b)
 
 
 _factor_cache = _FactorCache()
