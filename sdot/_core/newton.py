@@ -182,7 +182,7 @@ def initial_weights(xp, prob, active, capacity=geometry.CAPACITY):
     ij = xp.stack([flat // ny, flat % ny])
     shape = xp.asarray(dens.shape, dtype=prob.seeds.dtype, device=aac.device(dens))
     centre = prob.lo + (xp.astype(ij, prob.seeds.dtype) + 0.5) / shape * (prob.hi - prob.lo)
-    r2 = xp.sum((prob.seeds - centre) ** 2, axis=1)
+    r2 = _compat.dot(prob.seeds - centre, prob.seeds - centre)
 
     def cond(state):
         _, ev, shrink = state

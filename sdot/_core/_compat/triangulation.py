@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .arrays import dot
 from .host import from_host, host_callback, host_view, is_traced, on_host
 
 
@@ -188,6 +189,6 @@ def _knn_brute_force(xp, points, k, queries):
     for start in range(0, queries.shape[0], chunk):
         block = queries[start:min(start + chunk, queries.shape[0]), :]
         diff = block[:, None, :] - points[None, :, :]
-        d2 = xp.sum(diff * diff, axis=-1)
+        d2 = dot(diff, diff)
         rows.append(xp.argsort(d2, axis=1, stable=True)[:, :k])
     return xp.astype(xp.concat(rows, axis=0), xp.int64)
