@@ -76,19 +76,21 @@ def regular_rings(xp, points, weights, active, stop_if_hidden=False):
 
 
 def _lower_triangles(p, psi, keep, strict=False):
-    """Triangles (T, 3) of the regular triangulation of the points ``keep``: the lower
-    facets of the hull of ``(y_i, |y_i - c|^2 - psi_i)`` (Delaunay if ``psi`` is None),
-    in Morton order (Qhull is faster on spatially sorted points). ``strict``: without
-    vertical facets. Raises QhullError or ValueError on degenerate inputs."""
+    """Triangles of the regular triangulation of the points ``keep``: the lower
+    facets of the hull of ``(y_i, |y_i - c|^2 - psi_i)`` (Delaunay if ``psi`` is None).
+    Returns ``(order, tri)``: ``keep`` in Morton order (Qhull is faster on spatially
+    sorted points) and the triangles (T, 3) as positions in it (nearby points, nearby
+    in memory). ``strict``: without vertical facets. Raises QhullError or ValueError on
+    degenerate inputs."""
     from scipy.spatial import ConvexHull, Delaunay
 
     keep = keep[_morton_order(p[keep])]
     if psi is None:
-        return keep[Delaunay(p[keep]).simplices]
+        return keep, Delaunay(p[keep]).simplices
     q = p[keep] - p[keep].mean(axis=0)
     hull = ConvexHull(np.column_stack([q, np.sum(q * q, axis=1) - psi[keep]]), qhull_options="Qt")
     lower = hull.equations[:, 2] < 0 if strict else hull.equations[:, 2] <= 0
-    return keep[hull.simplices[lower]]
+    return keep, hull.simplices[lower]
 
 
 def _morton_order(p):
@@ -104,48 +106,55 @@ def _morton_order(p):
 
 
 def _rings(p, psi, active, stop_if_hidden=False):
-    """Host :func:`regular_rings`."""
+    """Host :func:`regular_rings`, computed on the points in Morton order."""
     from scipy.spatial import QhullError
 
     n = len(p)
     try:
-        tri = _lower_triangles(p, psi, np.flatnonzero(active), strict=True)
+        keep, tri = _lower_triangles(p, psi, np.flatnonzero(active), strict=True)
     except (QhullError, ValueError):
         return None
-    if stop_if_hidden:
-        count = np.bincount(tri.reshape(-1), minlength=n)
-        if np.any(active & (count == 0)):
-            return -np.ones((n, 1), np.int64), count, np.zeros((n,), bool)
-    a, b, c = p[tri[:, 0]], p[tri[:, 1]], p[tri[:, 2]]
+    count = np.zeros(n, np.int64)
+    count[keep] = np.bincount(tri.reshape(-1), minlength=keep.size)
+    if stop_if_hidden and np.any(active & (count == 0)):
+        return -np.ones((n, 1), np.int64), count, np.zeros((n,), bool)
+    q = p[keep]
+    a, b, c = q[tri[:, 0]], q[tri[:, 1]], q[tri[:, 2]]
     cross = (b[:, 0] - a[:, 0]) * (c[:, 1] - a[:, 1]) - (b[:, 1] - a[:, 1]) * (c[:, 0] - a[:, 0])
     tri = np.where((cross < 0)[:, None], tri[:, [0, 2, 1]], tri)         # counter-clockwise
     seed = tri.reshape(-1)                  # each corner of each triangle: its point,
     prv = tri[:, [1, 2, 0]].reshape(-1)     # the neighbour of its incoming edge,
     nxt = tri[:, [2, 0, 1]].reshape(-1)     # that of its outgoing edge
-    d = 0.5 * (p[prv] + p[nxt]) - p[seed]   # inside the triangle's angle at the point
+    d = 0.5 * (q[prv] + q[nxt]) - q[seed]   # inside the triangle's angle at the point
     r = d[:, 1] / np.maximum(np.abs(d[:, 0]) + np.abs(d[:, 1]), np.finfo(d.dtype).tiny)
     turn = np.where(d[:, 0] >= 0, r + 1.0, 3.0 - r)      # in [0, 4), increasing counter-clockwise
     order = np.argsort(seed * 4.0 + turn)
-    seed, prv, nxt = seed[order], prv[order], nxt[order]
-    count = np.bincount(seed, minlength=n)
-    pos = np.arange(seed.size) - np.repeat(np.cumsum(count) - count, count)
+    seed, prv, nxt = keep[seed[order]], keep[prv[order]], keep[nxt[order]]
+    first = np.cumsum(count[keep]) - count[keep]          # each ring's first corner
+    starts = np.repeat(first, count[keep])
+    pos = np.arange(seed.size) - starts
+    # closed: the neighbour after each outgoing edge is the next corner's incoming one
+    after = np.where(pos + 1 < count[seed], np.arange(1, seed.size + 1), starts)
+    broken = np.bincount(seed, weights=prv[after] != nxt, minlength=n)
+    closed = (broken == 0) & (count >= 3)
     width = max(int(count.max(initial=0)), 1)
     labels = -np.ones((n, width), np.int64)
     labels[seed, pos] = nxt
-    incoming = -np.ones((n, width), np.int64)
-    incoming[seed, pos] = prv
-    k = np.arange(width)[None, :]
-    after = np.take_along_axis(incoming, (k + 1) % np.maximum(count, 1)[:, None], axis=1)
-    closed = np.all((k >= count[:, None]) | (after == labels), axis=1) & (count >= 3)
-    # an open ring misses the neighbour of its first incoming edge: add every incoming
-    # neighbour that is no outgoing one
+    # an open ring (on the hull) misses the neighbour of its first incoming edge: add every
+    # incoming neighbour that is no outgoing one
     rows = np.flatnonzero(~closed & (count > 0))
-    missing = (np.all(incoming[rows, :, None] != labels[rows, None, :], axis=2)
-               & (k < count[rows, None]))
-    extra = np.cumsum(missing, axis=1) - 1 + count[rows, None]          # their slots
-    labels = np.pad(labels, ((0, 0), (0, max(int(extra.max(initial=0)) + 1 - width, 0))), constant_values=-1)
-    labels[np.broadcast_to(rows[:, None], missing.shape)[missing], extra[missing]] = incoming[rows][missing]
-    count[rows] += missing.sum(axis=1)
+    if rows.size:
+        incoming = -np.ones((n, width), np.int64)
+        corner = ~closed[seed]
+        incoming[seed[corner], pos[corner]] = prv[corner]
+        k = np.arange(width)[None, :]
+        missing = (np.all(incoming[rows, :, None] != labels[rows, None, :], axis=2)
+                   & (k < count[rows, None]))
+        extra = np.cumsum(missing, axis=1) - 1 + count[rows, None]          # their slots
+        labels = np.pad(labels, ((0, 0), (0, max(int(extra.max(initial=0)) + 1 - width, 0))),
+                        constant_values=-1)
+        labels[np.broadcast_to(rows[:, None], missing.shape)[missing], extra[missing]] = incoming[rows][missing]
+        count[rows] += missing.sum(axis=1)
     return labels, count, closed
 
 
@@ -156,7 +165,8 @@ def _regular_table(p, psi=None, active=None):
     n = len(p)
     keep = np.arange(n) if active is None else np.flatnonzero(active)
     try:
-        tri = _lower_triangles(p, psi, keep)         # vertical facets: harmless here
+        order, tri = _lower_triangles(p, psi, keep)  # vertical facets: harmless here
+        tri = order[tri]
     except (QhullError, ValueError):                # too few points, all collinear or coplanar
         if psi is not None:
             return None
