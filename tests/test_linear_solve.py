@@ -108,9 +108,9 @@ def test_host_matrix_equals_the_assembled_sum(sort):
     np.testing.assert_allclose(mat.toarray(), dense(rows, cols, w, diag).toarray(), rtol=0, atol=1e-15)
 
 
-def _solves_with_iterations(monkeypatch, iterations):
-    """Solve the same matrix once per entry of ``iterations``, the preconditioned
-    solves reporting those iteration counts: ``(factorisations, reuses, budget)``."""
+def _solve_repeatedly(monkeypatch, solves, iterations):
+    """Solve the same matrix ``solves`` times, the preconditioned solves reporting the
+    ``iterations`` in turn (all of them used): ``(factorisations, reuses, budget)``."""
     import array_api_compat.numpy as xp
 
     rng = np.random.default_rng(2)
@@ -122,25 +122,28 @@ def _solves_with_iterations(monkeypatch, iterations):
         precondition(b), next(reported)))
     cache = linalg._FactorCache()
     monkeypatch.setattr(linalg, "_factor_cache", cache)
-    for _ in range(len(iterations) + 1):
+    for _ in range(solves):
         x = _compat.solve_laplacian(xp, rows, cols, w, diag, b)
         np.testing.assert_allclose(x, exact, rtol=1e-9)
+    assert next(reported, None) is None
     return cache.factorisations, cache.reuses, cache.lu.nnz / 400 if cache.lu else None
 
 
 def test_factors_kept_while_cheap(monkeypatch):
     """Solves that take at most CG_FRESH iterations never pay for a new factorisation."""
-    assert _solves_with_iterations(monkeypatch, [linalg.CG_FRESH] * 12)[:2] == (1, 12)
+    assert _solve_repeatedly(monkeypatch, 13, [linalg.CG_FRESH] * 12)[:2] == (1, 12)
 
 
 def test_factors_renewed_once_their_extra_iterations_cost_a_factorisation(monkeypatch):
     """Rent or buy: the factors go once the iterations beyond CG_FRESH, summed since the
-    factorisation, exceed nnz(L + U) / n; the next solve factorises again."""
+    factorisation, exceed nnz(L + U) / n; the next solve factorises again and starts
+    a new sum."""
     import math
 
-    budget = _solves_with_iterations(monkeypatch, [linalg.CG_FRESH])[2]
-    half = linalg.CG_FRESH + math.floor(budget / 2)       # two of these stay within the budget
+    budget = _solve_repeatedly(monkeypatch, 2, [linalg.CG_FRESH])[2]
     assert budget > 20                                     # the rule before: renew beyond 20
-    assert _solves_with_iterations(monkeypatch, [half, half, 0, half])[:2] == (1, 4)
+    half = linalg.CG_FRESH + math.floor(budget / 2)       # two of these stay within the budget
+    assert _solve_repeatedly(monkeypatch, 5, [half, half, 0, half])[:2] == (1, 4)
     over = half + 2                                        # two of these exceed it
-    assert _solves_with_iterations(monkeypatch, [over, over, 0, over])[:2] == (2, 3)
+    # factorise, reuse, reuse (then drop), factorise, reuse, reuse (a new sum: kept)
+    assert _solve_repeatedly(monkeypatch, 6, [over, over, half, half])[:3] == (2, 4, budget)

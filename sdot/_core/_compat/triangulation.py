@@ -130,8 +130,8 @@ def _rings(p, psi, active, stop_if_hidden=False):
     turn = np.where(d[:, 0] >= 0, r + 1.0, 3.0 - r)      # in [0, 4), increasing counter-clockwise
     order = np.argsort(seed * 4.0 + turn)
     seed, prv, nxt = keep[seed[order]], keep[prv[order]], keep[nxt[order]]
-    first = np.cumsum(count[keep]) - count[keep]          # each ring's first corner
-    starts = np.repeat(first, count[keep])
+    sizes = count[keep]                                   # the rings, in Morton order
+    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)   # each corner's ring's first corner
     pos = np.arange(seed.size) - starts
     # closed: the neighbour after each outgoing edge is the next corner's incoming one
     after = np.where(pos + 1 < count[seed], np.arange(1, seed.size + 1), starts)
