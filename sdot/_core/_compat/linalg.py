@@ -61,7 +61,8 @@ CG_RTOL = 1e-10
 #: Iterations allowed before a new factorisation.
 CG_MAX_ITER = 40
 #: Iterations of a solve preconditioned by the factors of the previous Newton matrix
-#: (measured 4 to 15 at 1e4 to 1e6 seeds); iterations beyond it are what older factors cost.
+#: (measured 4 to 15 at 1e4 to 1e6 seeds to a relative residual of 1e-5 to 1e-7; 3 to 9
+#: to the Newton solves' 1e-3); iterations beyond it are what older factors cost.
 CG_FRESH = 10
 
 
