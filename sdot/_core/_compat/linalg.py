@@ -110,10 +110,16 @@ _factor_cache = _FactorCache()
 
 def _pcg(mat, b, precondition, rtol, max_iter):
     """Host conjugate gradient on the scipy matrix ``mat``: ``(x, iterations)``, x None
-    unless the true residual ``|b - mat x|`` is within ``rtol |b|``."""
+    unless the true residual ``|b - mat x|`` is within ``rtol |b|``.
+
+    Factors of another matrix of the same size (under ``jax.vmap`` the items of a batch
+    share the cache) may not be a positive definite preconditioner of this one: the
+    iteration may then diverge or break down (NaN), and the check sends the caller to a
+    new factorisation."""
     import array_api_compat.numpy as npx
 
-    x, it = conjugate_gradient(npx, mat.__matmul__, precondition, b, rtol, max_iter)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        x, it = conjugate_gradient(npx, mat.__matmul__, precondition, b, rtol, max_iter)
     return (x if np.linalg.norm(b - mat @ x) <= rtol * np.linalg.norm(b) else None), int(it)
 
 
