@@ -46,6 +46,28 @@ def test_successive_solves_reuse_the_factors():
     assert (cache.factorisations, cache.reuses) == (before[0] + 1, before[1] + 1)
 
 
+def test_factors_of_another_problem_are_not_tried(monkeypatch):
+    """A matrix of the same size from another problem (weights spread over orders of
+    magnitude, like facet integrals: its diagonal changes by about 1 relative) is
+    factorised without trying the old factors; a nearby one (5% changes) tries them."""
+    import array_api_compat.numpy as xp
+
+    monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())
+    tried = []
+    monkeypatch.setattr(linalg, "_pcg", lambda *args: tried.append(len(tried)) or (None, 0))
+    rng = np.random.default_rng(5)
+    rows, cols, w, _ = laplacian(rng, 400, 0.0)
+    b = rng.standard_normal(400)
+    first, other = (np.exp(2 * rng.standard_normal(w.size // 2)) for _ in range(2))
+    nearby = other * (1 + 0.05 * rng.random(other.size))
+    for half in (first, other, nearby):
+        w = np.tile(half, 2)
+        diag = np.bincount(rows, weights=w, minlength=400) + 1e-3
+        x = _compat.solve_laplacian(xp, rows, cols, w, diag, b)
+        np.testing.assert_allclose(x, spsolve(dense(rows, cols, w, diag).tocsc(), b), rtol=1e-9)
+    assert (linalg._factor_cache.factorisations, len(tried)) == (3, 1)   # only the nearby one tried
+
+
 @pytest.mark.parametrize("jitter", [0.0, 10.0])
 def test_pcg_reports_failure(jitter):
     """A useless preconditioner within too few iterations: no answer rather than a wrong one."""

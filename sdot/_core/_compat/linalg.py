@@ -64,6 +64,10 @@ CG_MAX_ITER = 40
 #: (measured 4 to 15 at 1e4 to 1e6 seeds to a relative residual of 1e-5 to 1e-7; 3 to 9
 #: to the Newton solves' 1e-3); iterations beyond it are what older factors cost.
 CG_FRESH = 10
+#: Relative change of the diagonal beyond which a matrix is another problem's, whose
+#: factors are not tried (Newton matrices of one solve: at most 0.6 from the factored
+#: one, measured at 1e4 and 1e5; another point set of the same size: about 1.0 to 1.1).
+OTHER_PROBLEM = 0.8
 
 
 class _FactorCache:
@@ -76,10 +80,13 @@ class _FactorCache:
     the solves since the factorisation (``aged``), stay within ``nnz(L + U) / n``,
     about what a new factorisation costs in iterations (measured ratio of their times:
     30, 47 and 77 at 1e4, 1e5 and 1e6 seeds; ``nnz(L + U) / n``: 35, 53 and 77).
+    Factors are only tried on a matrix whose diagonal is within :data:`OTHER_PROBLEM` of
+    theirs: not on another problem of the same size (a loop over sources, the items of a
+    ``jax.vmap``), which they would not precondition.
     """
 
     def __init__(self):
-        self.lu, self.aged, self.factorisations, self.reuses = None, 0, 0, 0
+        self.lu, self.diag, self.aged, self.factorisations, self.reuses = None, None, 0, 0, 0
         self.lock = threading.Lock()
 
     def solve(self, mat, b, rtol):
@@ -90,7 +97,9 @@ class _FactorCache:
         from scipy.sparse.linalg import splu
 
         lu, self.lu = self.lu, None
-        if lu is not None and lu.shape == mat.shape:
+        diag = mat.diagonal()
+        if lu is not None and lu.shape == mat.shape and (
+                np.linalg.norm(diag - self.diag) <= OTHER_PROBLEM * np.linalg.norm(self.diag)):
             x, iterations = _pcg(mat, b, lu.solve, rtol, CG_MAX_ITER)
             if x is not None:
                 self.reuses += 1
@@ -100,7 +109,7 @@ class _FactorCache:
                 return x
         lu = splu(mat.tocsc(), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
                   options=dict(SymmetricMode=True))
-        self.lu, self.aged = lu, 0
+        self.lu, self.diag, self.aged = lu, diag, 0
         self.factorisations += 1
         return lu.solve(b)
 
@@ -112,10 +121,8 @@ def _pcg(mat, b, precondition, rtol, max_iter):
     """Host conjugate gradient on the scipy matrix ``mat``: ``(x, iterations)``, x None
     unless the true residual ``|b - mat x|`` is within ``rtol |b|``.
 
-    Factors of another matrix of the same size (under ``jax.vmap`` the items of a batch
-    share the cache) may not be a positive definite preconditioner of this one: the
-    iteration may then diverge or break down (NaN), and the check sends the caller to a
-    new factorisation."""
+    Old factors may precondition this matrix badly: the iteration may then diverge or
+    break down (NaN), and the check sends the caller to a new factorisation."""
     import array_api_compat.numpy as npx
 
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
