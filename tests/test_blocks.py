@@ -37,7 +37,25 @@ def test_blocked_kernels_match_whole(name, monkeypatch):
     b = Backend(name)
     whole = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
     assert whole["flipped"].any() and not whole["ok"].all() and (whole["cutters"] >= 0).any()
-    monkeypatch.setattr(_compat.control, "BLOCK", 37)     # several blocks, the last one partial
+    monkeypatch.setattr(_compat.control, "BLOCK", 41)     # 8 blocks of 38 rows, the last one 34
+    monkeypatch.setattr(_compat.control, "MIN_BLOCK", 1)
     blocked = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
     for k in whole:
         np.testing.assert_array_equal(blocked[k], whole[k], err_msg=k)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+@pytest.mark.parametrize("n", [1, 2047, 5000, 10000, 16384, 16385, 100000, 10 ** 6 + 7])
+def test_blocks_share_the_rows_evenly_between_threads(n, threads):
+    """At most BLOCK rows per block, at least MIN_BLOCK unless one block holds all, and
+    (work permitting) a multiple of ``threads`` blocks whose sizes differ by at most one
+    block's remainder: 1e4 rows on 2 threads run as 2 blocks of 5000, not 1 of 1e4."""
+    size = _compat.control._block_rows(n, threads)
+    blocks = -(-n // size)
+    assert size <= max(_compat.control.BLOCK, _compat.control.MIN_BLOCK)
+    assert size >= _compat.control.MIN_BLOCK or blocks == 1
+    if n >= threads * _compat.control.MIN_BLOCK:
+        assert blocks % threads == 0 and n - (blocks - 1) * size > size - blocks
+    if n > _compat.control.BLOCK:
+        assert blocks > 1
+    assert (n, threads, blocks) != (10000, 2, 1)

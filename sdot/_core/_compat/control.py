@@ -81,6 +81,8 @@ def jit_on_jax(*static_argnames):
 
 #: Rows per block of the eager kernels: their temporaries stay in the CPU caches.
 BLOCK = 16384
+#: Fewest rows per block worth a thread.
+MIN_BLOCK = 2048
 #: Threads running the blocks of NumPy kernels (NumPy releases the GIL in its loops;
 #: torch runs its own threads): ``SDOT_NUM_THREADS``, default the cores, at most 8.
 THREADS = max(1, int(os.environ.get("SDOT_NUM_THREADS", min(os.cpu_count() or 1, 8))))
@@ -89,18 +91,21 @@ _in_block = threading.local()
 
 
 def blockwise(xp, fn, *arrays):
-    """``fn(*arrays)`` on blocks of :data:`BLOCK` rows (eager NumPy and torch),
+    """``fn(*arrays)`` on blocks of at most :data:`BLOCK` rows (eager NumPy and torch),
     the results (an array or a tuple of arrays) concatenated.
 
     Row-independent kernels only. NumPy blocks run on :data:`THREADS` threads
-    (a kernel called inside a block runs its blocks in that thread). JAX
+    (a kernel called inside a block runs its blocks in that thread), in equal blocks
+    of a multiple of the threads when rows allow (1e4 rows on 2 threads: 2 blocks of
+    5000; measured box 1e4 about 8% faster than one block on one thread). JAX
     (traced or not) and array_api_strict run ``fn`` once: XLA fuses the
     temporaries away.
     """
     n = arrays[0].shape[0]
-    if n <= BLOCK or not (aac.is_numpy_array(arrays[0]) or aac.is_torch_array(arrays[0])):
+    size = _block_rows(n, THREADS if aac.is_numpy_array(arrays[0]) else 1)
+    if n <= size or not (aac.is_numpy_array(arrays[0]) or aac.is_torch_array(arrays[0])):
         return fn(*arrays)
-    blocks = [tuple(a[s:s + BLOCK, ...] for a in arrays) for s in range(0, n, BLOCK)]
+    blocks = [tuple(a[s:s + size, ...] for a in arrays) for s in range(0, n, size)]
     if THREADS > 1 and aac.is_numpy_array(arrays[0]) and not getattr(_in_block, "busy", False):
         parts = list(_threads().map(lambda block: _run_block(fn, block), blocks))
     else:
@@ -108,6 +113,14 @@ def blockwise(xp, fn, *arrays):
     if isinstance(parts[0], tuple):
         return tuple(xp.concat(p, axis=0) for p in zip(*parts))
     return xp.concat(parts, axis=0)
+
+
+def _block_rows(n: int, threads: int) -> int:
+    """Rows per block: at most :data:`BLOCK`, as many blocks as a multiple of ``threads``
+    of equal size, none under :data:`MIN_BLOCK` rows."""
+    blocks = -(-n // BLOCK)
+    blocks = -(-blocks // threads) * threads
+    return max(-(-n // blocks), MIN_BLOCK)
 
 
 def _threads():
