@@ -47,15 +47,19 @@ def test_blocked_kernels_match_whole(name, monkeypatch):
 @pytest.mark.parametrize("threads", [1, 2, 3, 8])
 @pytest.mark.parametrize("n", [1, 2047, 5000, 10000, 16384, 16385, 100000, 10 ** 6 + 7])
 def test_blocks_share_the_rows_evenly_between_threads(n, threads):
-    """At most BLOCK rows per block, at least MIN_BLOCK unless one block holds all, and
-    (work permitting) a multiple of ``threads`` blocks whose sizes differ by at most one
-    block's remainder: 1e4 rows on 2 threads run as 2 blocks of 5000, not 1 of 1e4."""
-    size = _compat.control._block_rows(n, threads)
+    """At most BLOCK rows per block and at least MIN_BLOCK unless one block holds all;
+    with rows for every thread, a multiple of ``threads`` blocks of equal size (the last
+    one short by less than a row per block)."""
+    control = _compat.control
+    size = control._block_rows(n, threads)
     blocks = -(-n // size)
-    assert size <= max(_compat.control.BLOCK, _compat.control.MIN_BLOCK)
-    assert size >= _compat.control.MIN_BLOCK or blocks == 1
-    if n >= threads * _compat.control.MIN_BLOCK:
-        assert blocks % threads == 0 and n - (blocks - 1) * size > size - blocks
-    if n > _compat.control.BLOCK:
-        assert blocks > 1
-    assert (n, threads, blocks) != (10000, 2, 1)
+    assert size <= control.BLOCK or blocks == 1
+    assert size >= control.MIN_BLOCK or blocks == 1
+    if n >= threads * control.MIN_BLOCK:
+        assert blocks % threads == 0
+        assert n - (blocks - 1) * size > size - blocks
+
+
+def test_ten_thousand_rows_use_both_threads():
+    """The case this rule is for: a 1e4-seed solve's kernels ran as one block on one core."""
+    assert _compat.control._block_rows(10000, 2) == 5000

@@ -102,11 +102,12 @@ def blockwise(xp, fn, *arrays):
     temporaries away.
     """
     n = arrays[0].shape[0]
-    size = _block_rows(n, THREADS if aac.is_numpy_array(arrays[0]) else 1)
+    threaded = THREADS > 1 and aac.is_numpy_array(arrays[0]) and not getattr(_in_block, "busy", False)
+    size = _block_rows(n, THREADS if threaded else 1)
     if n <= size or not (aac.is_numpy_array(arrays[0]) or aac.is_torch_array(arrays[0])):
         return fn(*arrays)
     blocks = [tuple(a[s:s + size, ...] for a in arrays) for s in range(0, n, size)]
-    if THREADS > 1 and aac.is_numpy_array(arrays[0]) and not getattr(_in_block, "busy", False):
+    if threaded:
         parts = list(_threads().map(lambda block: _run_block(fn, block), blocks))
     else:
         parts = [fn(*block) for block in blocks]
