@@ -63,3 +63,27 @@ def test_blocks_share_the_rows_evenly_between_threads(n, threads):
 def test_ten_thousand_rows_use_both_threads():
     """The case this rule is for: a 1e4-seed solve's kernels ran as one block on one core."""
     assert _compat.control._block_rows(10000, 2) == 5000
+
+
+def test_per_seed_and_per_pixel_data_are_computed_once_not_per_block(monkeypatch):
+    """A kernel's work is proportional to its block: the planes of every seed (local
+    cutters) and the prefix tables of the image (integrals) are computed once per call,
+    outside the blocks. Computed per block, they made a solve's repair quadratic
+    (measured at 1e6 seeds: a sweep of local cutters 12.6 s, against 3.3 s)."""
+    import array_api_compat.numpy as xp
+
+    from conftest import Backend
+
+    calls = {"planes": 0, "tables": 0}
+
+    def counted(fn, key):
+        def wrapper(*args, **kwargs):
+            calls[key] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+    monkeypatch.setattr(repair, "_planes", counted(repair._planes, "planes"))
+    monkeypatch.setattr(integrate, "prefix_tables", counted(integrate.prefix_tables, "tables"))
+    monkeypatch.setattr(_compat.control, "BLOCK", 41)     # 8 blocks
+    monkeypatch.setattr(_compat.control, "MIN_BLOCK", 1)
+    kernels(xp, Backend("numpy"))                          # one call of each
+    assert calls == {"planes": 1, "tables": 1}

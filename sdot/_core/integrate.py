@@ -149,15 +149,15 @@ def _visit_pieces(xp, e, grid_shape, visit, acc):
 class _Grid:
     """What every piece needs from the grid: prefix tables, the seed's column."""
 
-    def __init__(self, xp, seeds, e, density_shape, lo, hi, density=None):
+    def __init__(self, xp, seeds, e, density_shape, lo, hi, density=None, tables=None):
         self.shape = tuple(density_shape)
         self.dx = (hi[0] - lo[0]) / self.shape[0]
         self.sx = xp.take(seeds[:, 0], e.cell)                      # (P,)
         column = xp.astype(xp.floor((self.sx - lo[0]) / self.dx), xp.int64)
         self.col_seed = xp.minimum(xp.maximum(column, 0), self.shape[0] - 1)
         self.lo = lo
-        if density is not None:
-            self.tables = xp.reshape(prefix_tables(xp, density, lo, hi), (3, -1))
+        if density is not None:             # tables: prefix_tables(density), (3, -1)
+            self.tables = tables
             self.flat_density = xp.reshape(density, (-1,))
 
     def table_index(self, piece):
@@ -176,17 +176,20 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
 
     ``M_x = int (x - y_i) rho``, ``M_2 = int |x - y_i|^2 rho`` over the cell.
     Eagerly in blocks of rows (:func:`._compat.blockwise`): the per-piece
-    temporaries of all edges at once would dominate the memory of a solve.
+    temporaries of all edges at once would dominate the memory of a solve. The prefix
+    tables of the density are computed once, not per block.
     """
-    return _compat.blockwise(xp, lambda s, v, c: _cell_integrals(xp, s, v, c, density, lo, hi),
+    tables = xp.reshape(prefix_tables(xp, density, lo, hi), (3, -1))
+    return _compat.blockwise(xp, lambda s, v, c: _cell_integrals(xp, s, v, c, density, tables, lo, hi),
                              seeds, cells.vertices, cells.count)
 
 
 @_compat.jit_on_jax()
-def _cell_integrals(xp, seeds, vertices, count, density, lo, hi):
-    """:func:`cell_integrals` of the cells ``(vertices, count)`` of ``seeds``."""
+def _cell_integrals(xp, seeds, vertices, count, density, tables, lo, hi):
+    """:func:`cell_integrals` of the cells ``(vertices, count)`` of ``seeds`` (``tables``:
+    the flattened :func:`prefix_tables` of ``density``)."""
     e = _Edges(xp, seeds, vertices, count, lo, hi, density.shape)
-    grid = _Grid(xp, seeds, e, density.shape, lo, hi, density)
+    grid = _Grid(xp, seeds, e, density.shape, lo, hi, density, tables)
     sx = grid.sx
 
     def visit(piece, acc):

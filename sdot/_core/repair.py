@@ -121,12 +121,14 @@ def local_cutters(xp, seeds, psi, active, cells, rows, table):
     (incoming) and ``g`` (outgoing) meet; the candidates are the neighbours of
     ``j`` and of ``g``: their rows of ``table`` (n, W).
     """
+    planes = _planes(xp, seeds, psi, active)
+
     def block(rows):
         sub = pg.take_rows(xp, cells, rows)
         incoming, outgoing, valid = _vertex_neighbours(xp, sub.labels, sub.count)
         return _per_vertex(xp, sub, rows, valid, lambda u, row, idx: _best_cutter(
-            xp, seeds, psi, active, u, row, xp.concat([_compat.flat_take(table, xp.take(incoming, idx)),
-                                                       _compat.flat_take(table, xp.take(outgoing, idx))], axis=1)))
+            xp, *planes, u, row, xp.concat([_compat.flat_take(table, xp.take(incoming, idx)),
+                                            _compat.flat_take(table, xp.take(outgoing, idx))], axis=1)))
     return _compat.blockwise(xp, block, rows)
 
 
@@ -161,23 +163,30 @@ def _per_vertex(xp, cells, rows, valid, find):
 
 
 @_compat.jit_on_jax()
-def _best_cutter(xp, seeds, psi, active, u, row, cand):
+def _planes(xp, seeds, psi, active):
+    """The planes ``f_j(v) = v . y_j + h_j``, ``h_j = (psi_j - |y_j|^2) / 2`` (-inf if
+    inactive), as rows ``(y_j, h_j)`` (n, 3), and ``max |y_j|`` (the rounding scale):
+    :func:`_best_cutter`'s per-seed data, computed once per search, not per block."""
+    h = xp.where(active, 0.5 * (psi - _compat.dot(seeds, seeds)), -xp.inf)
+    return xp.concat([seeds, h[:, None]], axis=1), xp.max(xp.abs(seeds))
+
+
+@_compat.jit_on_jax()
+def _best_cutter(xp, planes, seed_scale, u, row, cand):
     """Per vertex ``u`` (P, 2) of the cell of seed ``row`` (P,), the candidate of
     ``cand`` (P, C) (-1: none) of least power if it is below the cell's own, else -1.
 
-    With ``v = y_row + u`` and the planes ``f_j(v) = v . y_j + (psi_j - |y_j|^2) / 2``,
-    ``power_row(v) - power_j(v) = 2 (f_j(v) - f_row(v))``: one gather of
-    ``(y_j, h_j)`` per candidate.
+    With ``v = y_row + u`` and the ``planes`` ``f_j(v) = v . y_j + h_j`` (see
+    :func:`_planes`), ``power_row(v) - power_j(v) = 2 (f_j(v) - f_row(v))``: one gather
+    of ``(y_j, h_j)`` per candidate.
     """
-    h = xp.where(active, 0.5 * (psi - _compat.dot(seeds, seeds)), -xp.inf)
-    planes = xp.concat([seeds, h[:, None]], axis=1)                     # (n, 3)
     ok = (cand >= 0) & (cand != row[:, None])
     c = _compat.flat_take(planes, xp.where(ok, cand, 0))               # (P, C, 3)
     own = xp.take(planes, row, axis=0)
     v = u + own[:, :2]
     f_own = v[:, 0] * own[:, 0] + v[:, 1] * own[:, 1] + own[:, 2]
     s = v[:, None, 0] * c[..., 0] + v[:, None, 1] * c[..., 1] + c[..., 2] - f_own[:, None]
-    scale = xp.max(xp.abs(planes[:, :2])) * (xp.abs(v[:, 0]) + xp.abs(v[:, 1])) + xp.abs(f_own)
+    scale = seed_scale * (xp.abs(v[:, 0]) + xp.abs(v[:, 1])) + xp.abs(f_own)
     s = xp.where(ok, s, -xp.inf) - (64.0 * xp.finfo(u.dtype).eps * scale)[:, None]
     best = xp.argmax(s, axis=1)
     found = xp.max(s, axis=1) > 0
@@ -199,10 +208,11 @@ def exact_cutters(xp, seeds, psi, active, cells, rows):
     valid = xp.reshape(k < cells.count[:, None], (-1,))
     row_of = xp.reshape(xp.broadcast_to(rows[:, None], (m, cap)), (-1,))
     table = _compat.regular_neighbours(xp, seeds, psi, active)
+    planes = _planes(xp, seeds, psi, active)
     if table is not None:
         hidden = xp.take(table[:, 0] < 0, row_of)
         found = _per_vertex(xp, cells, rows, valid & ~hidden, lambda u, row, idx: _best_cutter(
-            xp, seeds, psi, active, u, row, _compat.flat_take(table, row)))
+            xp, *planes, u, row, _compat.flat_take(table, row)))
         if not _compat.host_any(xp, valid & hidden):
             return found
         valid = valid & hidden
@@ -211,7 +221,7 @@ def exact_cutters(xp, seeds, psi, active, cells, rows):
     def find(u, row, idx):
         q = u + xp.take(seeds, row, axis=0)
         q = xp.concat([q, xp.zeros((q.shape[0], 1), dtype=q.dtype, device=aac.device(q))], axis=1)
-        return _best_cutter(xp, seeds, psi, active, u, row, _compat.nearest(xp, points, q)[:, None])
+        return _best_cutter(xp, *planes, u, row, _compat.nearest(xp, points, q)[:, None])
     nearest = _per_vertex(xp, cells, rows, valid, find)
     return nearest if table is None else xp.maximum(found, nearest)
 
