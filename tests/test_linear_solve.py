@@ -208,3 +208,42 @@ def test_inexact_newton_takes_the_steps_of_exact_solves(monkeypatch, sdot_driver
     np.testing.assert_allclose(psi, psi_exact, rtol=0, atol=1e-6 * np.ptp(psi_exact))
     assert iterations[0] < iterations[1]      # measured 58 and 62, and 1 and 2 factorisations
     assert caches[0].factorisations <= caches[1].factorisations
+
+
+@pytest.mark.parametrize("regulariser", [1e-3, 1e-9])
+def test_fp32_factors_give_fp64_solutions(monkeypatch, regulariser):
+    """From FP32_FACTORS_FROM rows the factors are FP32 and only precondition: the
+    answer still meets the FP64 residual, fresh or reused, also with the solver's
+    gauge regulariser (1e-9 relative, below FP32's rounding) and a centred right-hand side."""
+    import array_api_compat.numpy as xp
+
+    monkeypatch.setattr(linalg, "FP32_FACTORS_FROM", 0)
+    monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())
+    rng = np.random.default_rng(7)
+    rows, cols, w, diag = laplacian(rng, 500, 1.0)
+    diag = diag - 1e-3 + regulariser * diag.mean()
+    b = rng.standard_normal(500)
+    b -= b.mean()
+    for step in range(2):                                  # fresh factors, then reused ones
+        if step:
+            w = np.tile(w[:w.size // 2] * (1.0 + 0.05 * rng.random(w.size // 2)), 2)
+            diag = np.bincount(rows, weights=w, minlength=500) + regulariser * diag.mean()
+        mat = dense(rows, cols, w, diag)
+        x = _compat.solve_laplacian(xp, rows, cols, w, diag, b)
+        assert np.linalg.norm(b - mat @ x) <= linalg.CG_RTOL * np.linalg.norm(b) * (1 + 1e-6)
+    cache = linalg._factor_cache
+    assert cache.single and (cache.factorisations, cache.reuses) == (1, 1)
+
+
+def test_fp32_factors_fall_back_to_fp64_beyond_its_range(monkeypatch):
+    """Entries FP32 cannot hold (1e40): FP64 factors, the exact solution."""
+    import array_api_compat.numpy as xp
+
+    monkeypatch.setattr(linalg, "FP32_FACTORS_FROM", 0)
+    monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())
+    rng = np.random.default_rng(8)
+    rows, cols, w, diag = (1e40 * a if a.dtype == np.float64 else a for a in laplacian(rng, 300, 1.0))
+    b = rng.standard_normal(300)
+    x = _compat.solve_laplacian(xp, rows, cols, w, diag, b)
+    np.testing.assert_allclose(x, spsolve(dense(rows, cols, w, diag).tocsc(), b), rtol=1e-9)
+    assert not linalg._factor_cache.single
