@@ -246,4 +246,21 @@ def test_fp32_factors_fall_back_to_fp64_beyond_its_range(monkeypatch):
     b = rng.standard_normal(300)
     x = _compat.solve_laplacian(xp, rows, cols, w, diag, b)
     np.testing.assert_allclose(x, spsolve(dense(rows, cols, w, diag).tocsc(), b), rtol=1e-9)
-    assert not linalg._factor_cache.single
+    assert not linalg._factor_cache.single and linalg._factor_cache.factorisations == 1   # FP32 raised
+
+
+def test_fp32_factors_that_do_not_converge_are_replaced_by_fp64(monkeypatch):
+    """Fresh FP32 factors whose conjugate gradient fails: FP64 factors (a second
+    factorisation, counted) solve directly."""
+    import array_api_compat.numpy as xp
+
+    monkeypatch.setattr(linalg, "FP32_FACTORS_FROM", 0)
+    monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())
+    monkeypatch.setattr(linalg, "_pcg", lambda *args: (None, linalg.CG_MAX_ITER))
+    rng = np.random.default_rng(9)
+    rows, cols, w, diag = laplacian(rng, 300, 1.0)
+    b = rng.standard_normal(300)
+    x = _compat.solve_laplacian(xp, rows, cols, w, diag, b)
+    np.testing.assert_allclose(x, spsolve(dense(rows, cols, w, diag).tocsc(), b), rtol=1e-9)
+    cache = linalg._factor_cache
+    assert not cache.single and cache.factorisations == 2

@@ -147,18 +147,15 @@ def _visit_pieces(xp, e, grid_shape, visit, acc):
 
 
 class _Grid:
-    """What every piece needs from the grid: prefix tables, the seed's column."""
+    """What every piece needs from the grid: its shape and pixel width, the seed's column."""
 
-    def __init__(self, xp, seeds, e, density_shape, lo, hi, density=None, tables=None):
+    def __init__(self, xp, seeds, e, density_shape, lo, hi):
         self.shape = tuple(density_shape)
         self.dx = (hi[0] - lo[0]) / self.shape[0]
         self.sx = xp.take(seeds[:, 0], e.cell)                      # (P,)
         column = xp.astype(xp.floor((self.sx - lo[0]) / self.dx), xp.int64)
         self.col_seed = xp.minimum(xp.maximum(column, 0), self.shape[0] - 1)
         self.lo = lo
-        if density is not None:             # tables: prefix_tables(density), (3, -1)
-            self.tables = tables
-            self.flat_density = xp.reshape(density, (-1,))
 
     def table_index(self, piece):
         """Flat indices into the tables of the piece's pixel and of the seed's column."""
@@ -189,15 +186,15 @@ def _cell_integrals(xp, seeds, vertices, count, density, tables, lo, hi):
     """:func:`cell_integrals` of the cells ``(vertices, count)`` of ``seeds`` (``tables``:
     the flattened :func:`prefix_tables` of ``density``)."""
     e = _Edges(xp, seeds, vertices, count, lo, hi, density.shape)
-    grid = _Grid(xp, seeds, e, density.shape, lo, hi, density, tables)
-    sx = grid.sx
+    grid = _Grid(xp, seeds, e, density.shape, lo, hi)
+    sx, flat_density = grid.sx, xp.reshape(density, (-1,))
 
     def visit(piece, acc):
         moments, facet = acc
         at_pixel, at_seed = grid.table_index(piece)
-        d1, d2, d3 = (xp.take(grid.tables[i, :], at_pixel) - xp.take(grid.tables[i, :], at_seed)
+        d1, d2, d3 = (xp.take(tables[i, :], at_pixel) - xp.take(tables[i, :], at_seed)
                       for i in range(3))
-        c = xp.take(grid.flat_density, piece.ix * grid.shape[1] + piece.iy)
+        c = xp.take(flat_density, piece.ix * grid.shape[1] + piece.iy)
         c = xp.where(piece.live, c, 0.0)
         f_t0 = d1
         f_t1 = 0.5 * (d2 - 2.0 * sx * d1)

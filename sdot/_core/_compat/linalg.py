@@ -120,6 +120,7 @@ class _FactorCache:
             if x is not None:
                 return x
             self.lu, self.single = _factorise(mat, False)   # FP32 could not represent the matrix
+            self.factorisations += 1
         return self.lu.solve(b)
 
 
