@@ -183,30 +183,38 @@ def test_rebuilt_cells_keep_the_capacity_when_the_box_clips_a_wide_ring(eager_ba
     np.testing.assert_allclose(areas(eager_backend, cells), expected, atol=1e-12)
 
 
-def hidden_at(backend, seeds, psi, previous):
+def hiding_step_at(backend, seeds, psi, d, previous):
     xp, n = backend.xp, len(seeds)
 
-    def run(y, w, previous):
-        return kinetic.hidden_seeds(xp, y, w, xp.ones((n,), dtype=xp.bool), previous)
-    return backend.to_numpy(backend.run(run, backend.asarray(seeds), backend.asarray(psi), previous))
+    def run(y, w, d, previous):
+        return kinetic.hiding_step(xp, y, w, d, xp.ones((n,), dtype=xp.bool), previous)
+    args = (backend.asarray(a) for a in (seeds, psi, d))
+    return float(backend.to_numpy(backend.run(run, *args, previous)))
 
 
-def test_hidden_seeds_is_a_sound_test(backend):
-    """The seed inside a hexagon is hidden exactly when its weight is below -r^2
-    (its lifted point above the hexagon's plane); among random seeds with random
-    weights, every seed flagged has an empty cell and most empty cells are flagged."""
+def test_hiding_step_is_where_a_seed_is_certainly_hidden(backend):
+    """The seed inside a hexagon of radius r is hidden exactly when its weight is
+    r^2 below theirs (its lifted point above the hexagon's plane): from equal weights
+    along ``d`` that is ``t = r^2 / (d_k - d_0)`` (``inf`` if the seed only grows).
+    Among random seeds from their Voronoi cells along a random direction, some cell is
+    empty just after the step found: it is a certificate."""
     angles = np.pi / 3 * np.arange(6) + 0.1
     seeds = np.concatenate([[[0.5, 0.5]], 0.5 + 0.3 * np.stack([np.cos(angles), np.sin(angles)], 1)])
     start = cells_at(backend, seeds, np.zeros(7))
-    for psi0, hidden in ((-0.095, True), (-0.085, False)):
-        psi = np.array([psi0] + [0.0] * 6)
-        assert (reference_cell(seeds, psi, 0) is None) == hidden, "the configuration"
-        assert list(hidden_at(backend, seeds, psi, start)) == [hidden] + [False] * 6
+    for d, expected in (([-1.0] + [0.0] * 6, 0.09), ([-1.0] + [0.5] * 6, 0.06), ([1.0] + [0.0] * 6, np.inf)):
+        t = hiding_step_at(backend, seeds, np.zeros(7), np.array(d), start)
+        assert t == pytest.approx(expected, rel=1e-12)
+        if np.isfinite(expected):
+            for factor, hidden in ((1.001, True), (0.999, False)):
+                assert (reference_cell(seeds, factor * t * np.array(d), 0) is None) == hidden
     rng = np.random.default_rng(5)
     seeds = rng.random((200, 2))
-    start = cells_at(backend, seeds, np.zeros(200))
-    psi = 0.01 * rng.random(200)
-    empty = np.array([reference_cell(seeds, psi, i) is None for i in range(200)])
-    flagged = hidden_at(backend, seeds, psi, start)
-    assert not np.any(flagged & ~empty)
-    assert empty.sum() >= 10 and flagged.sum() >= empty.sum() // 2, (flagged.sum(), empty.sum())
+    psi = np.zeros(200)
+    d = 0.01 * rng.standard_normal(200)
+    start = cells_at(backend, seeds, psi)
+    t = hiding_step_at(backend, seeds, psi, d, start)
+
+    def empty_cells(t):
+        return sum(reference_cell(seeds, psi + t * d, i) is None for i in range(200))
+    assert empty_cells(0.0) == 0 and 0 < t < np.inf
+    assert empty_cells(t * (1 + 1e-9)) >= 1
