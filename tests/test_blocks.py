@@ -1,11 +1,11 @@
 """Eager NumPy and torch run the row-wise kernels (clipping, kinetic update, flip
-pairs, local cutters, areas, integrals) in blocks of ``_compat.control.BLOCK`` rows, to bound their
+pairs, local cutters, areas, integrals, Newton matrix, hiding step) in blocks of ``_compat.control.BLOCK`` rows, to bound their
 memory: each must give the same result whatever the block size. (A whole solve
 would not show a wrong block: the repair heals the cells.)"""
 import numpy as np
 import pytest
 
-from sdot._core import _compat, geometry, integrate, kinetic, polygons, repair
+from sdot._core import _compat, geometry, integrate, kinetic, newton, polygons, repair
 
 
 def kernels(xp, b):
@@ -23,7 +23,10 @@ def kernels(xp, b):
     xs = (np.arange(8) + 0.5) / 8
     image = b.asarray(np.exp(-((xs[:, None] - 0.3) ** 2 + (xs[None, :] - 0.6) ** 2) / 0.05))
     moments, facet = integrate.cell_integrals(xp, seeds, before, image, lo, hi)
-    return dict(vertices=moved.vertices, ok=ok, flipped=flipped,
+    _, cols, weights, diag, _ = newton._laplacian(xp, seeds, before, facet, active, moments[:, 0])
+    return dict(cols=cols, weights=weights, diag=diag,
+                hiding=kinetic.hiding_step(xp, seeds, psi0, psi1 - psi0, active, before),
+                vertices=moved.vertices, ok=ok, flipped=flipped,
                 flips=kinetic.flip_partners(xp, before.labels, before.count, flipped, 4),
                 cutters=repair.local_cutters(xp, seeds, psi1, active, moved, rows, table),
                 clipped=clipped.vertices, count=clipped.count, moments=moments, facet=facet,
@@ -37,6 +40,7 @@ def test_blocked_kernels_match_whole(name, monkeypatch):
     b = Backend(name)
     whole = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
     assert whole["flipped"].any() and not whole["ok"].all() and (whole["cutters"] >= 0).any()
+    assert np.isfinite(whole["hiding"]) and (whole["weights"] > 0).any()
     monkeypatch.setattr(_compat.control, "BLOCK", 41)     # 8 blocks of 38 rows, the last one 34
     monkeypatch.setattr(_compat.control, "MIN_BLOCK", 1)
     blocked = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}

@@ -147,24 +147,40 @@ def _centred(xp, x, active):
     return xp.where(active, x - xp.sum(xp.where(active, x, 0.0)) / count, 0.0)
 
 
-@_compat.jit_on_jax()
 def _laplacian(xp, seeds, cells, facet, active, rhs):
     """Entries ``(rows, cols, w)`` of ``W``, the diagonal and the centred right-hand side.
 
-    ``W_ij = (int of rho over facet ij) / (2 |y_i - y_j|)``, one entry per edge slot.
+    ``W_ij = (int of rho over facet ij) / (2 |y_i - y_j|)``, one entry per edge slot
+    (in blocks of rows, see :func:`._compat.blockwise`).
     """
-    n, cap = cells.labels.shape
-    dev = aac.device(seeds)
-    k = xp.arange(cap, dtype=xp.int64, device=dev)[None, :]
-    row = xp.broadcast_to(xp.arange(n, dtype=xp.int64, device=dev)[:, None], (n, cap))
-    is_facet = (k < cells.count[:, None]) & (cells.labels >= 0)
-    other = xp.where(is_facet, cells.labels, row)
-    diff = _compat.flat_take(seeds, other) - seeds[:, None, :]
+    n = cells.labels.shape[0]
+    rows = xp.arange(n, dtype=xp.int64, device=aac.device(seeds))
+    other, w = _compat.blockwise(xp, lambda r, lab, c, f: _facet_weights(xp, seeds, r, lab, c, f),
+                                 rows, cells.labels, cells.count, facet)
+    return _assembled(xp, other, w, active, rhs)
+
+
+@_compat.jit_on_jax()
+def _facet_weights(xp, seeds, rows, labels, count, facet):
+    """Kernel of :func:`_laplacian` for the cells ``rows``: the neighbour of each edge
+    slot (the cell itself where none) and its weight, ``(other, w)`` (n, V)."""
+    cap = labels.shape[1]
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(rows))[None, :]
+    is_facet = (k < count[:, None]) & (labels >= 0)
+    other = xp.where(is_facet, labels, rows[:, None])
+    diff = _compat.flat_take(seeds, other) - xp.take(seeds, rows, axis=0)[:, None, :]
     dist = xp.sqrt(_compat.dot(diff, diff))
-    w = xp.where(is_facet, facet / (2.0 * xp.where(is_facet, dist, 1.0)), 0.0)
+    return other, xp.where(is_facet, facet / (2.0 * xp.where(is_facet, dist, 1.0)), 0.0)
+
+
+@_compat.jit_on_jax()
+def _assembled(xp, other, w, active, rhs):
+    """:func:`_laplacian`'s flat entries, the regularised diagonal and the centred rhs."""
+    n, cap = w.shape
     diag = xp.sum(w, axis=1)
     scale = xp.sum(diag) / xp.maximum(xp.sum(xp.astype(active, diag.dtype)), 1.0)
     diag = xp.where(active, diag + REGULARISATION * scale, 1.0)
+    row = xp.broadcast_to(xp.arange(n, dtype=xp.int64, device=aac.device(w))[:, None], (n, cap))
     return (xp.reshape(row, (-1,)), xp.reshape(other, (-1,)), xp.reshape(w, (-1,)), diag,
             _centred(xp, rhs, active))
 
