@@ -108,12 +108,11 @@ def test_first_trials_stay_below_the_hiding_step(name, sdot_driver, monkeypatch)
     monkeypatch.setattr(kinetic, "hiding_step", hiding_step)
     monkeypatch.setattr(newton, "solve", lambda *a, **k: solve(
         *a, **dict(k, log=lambda it, err, t: steps.append(float(backend.to_numpy(t))))))
-    runs = {}
+    calls, runs = [], {}
+    counted(monkeypatch, calls, newton, "evaluate")
     for margin in (np.inf, newton.HIDING_MARGIN):
-        calls = []
-        hiding.clear(), steps.clear()
+        calls.clear(), hiding.clear(), steps.clear()
         monkeypatch.setattr(newton, "HIDING_MARGIN", margin)
-        counted(monkeypatch, calls, newton, "evaluate")
         plan = gaussian_plan(backend, 1000, monkeypatch)
         assert bool(plan.converged)
         runs[margin] = (int(plan.iterations), len(calls))
