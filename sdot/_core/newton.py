@@ -136,7 +136,7 @@ def newton_direction(xp, prob, ev, active, rhs, rtol=None):
     huge constant shift of the weights, which costs FP32 all its precision.
     """
     rows, cols, w, diag, rhs = _laplacian(xp, prob.seeds, ev.cells, ev.facet, active, rhs)
-    d = _compat.solve_laplacian(xp, rows, cols, w, diag, rhs, rtol)
+    d = _compat.solve_laplacian(xp, rows, cols, w, diag, rhs, rtol, points=prob.seeds)
     return _centred(xp, d, active)
 
 
