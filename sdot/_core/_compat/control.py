@@ -124,6 +124,12 @@ def _block_rows(n: int, threads: int) -> int:
     return max(-(-n // blocks), MIN_BLOCK)
 
 
+def map_on_threads(fn, items):
+    """``[fn(item) for item in items]`` on the :data:`THREADS` worker threads (for host
+    work that releases the GIL, like NumPy kernels or Qhull)."""
+    return list(_threads().map(fn, items))
+
+
 def _threads():
     if not _pool:
         from concurrent.futures import ThreadPoolExecutor

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .arrays import dot
+from .control import THREADS, map_on_threads
 from .host import from_host, host_callback, host_view, is_traced, on_host
 
 
@@ -105,8 +106,53 @@ def _morton_order(p):
     return np.argsort(spread(grid[:, 0]) | (spread(grid[:, 1]) << np.uint64(1)), kind="stable")
 
 
+#: Active points from which :func:`_rings` triangulates two halves on two threads
+#: (measured on 1e6 uniform points: 13.4 s in one piece, 7.7 s in two halves).
+TILED_FROM = 100_000
+#: Depth of each half's points beyond the cut, in mean spacings of the points.
+TILE_OVERLAP = 16
+
+
 def _rings(p, psi, active, stop_if_hidden=False):
-    """Host :func:`regular_rings`, computed on the points in Morton order."""
+    """Host :func:`regular_rings`: from :data:`TILED_FROM` active points, in two halves.
+
+    The halves are cut at the median of the longer side of the points' bounding box,
+    each with the points up to :data:`TILE_OVERLAP` mean spacings beyond the cut, and
+    triangulated on two threads; each point takes its ring from its own half. The ring
+    is the true one unless one of its dual triangles is deeper across the cut than the
+    overlap (near the hull: long flat triangles): then the cell built from it is a
+    superset of the true one, which the area certificate finds and the repair clips.
+    A point hidden in either half is hidden (the lower hull of more points is lower):
+    it gets count 0.
+    """
+    keep = np.flatnonzero(active)
+    if keep.size < TILED_FROM or THREADS < 2 or p.shape[1] != 2:
+        return _rings_of(p, psi, active, stop_if_hidden)
+    low, high = p[keep].min(axis=0), p[keep].max(axis=0)
+    axis = int(np.argmax(high - low))
+    x = p[:, axis]
+    cut = np.median(x[keep])
+    depth = TILE_OVERLAP * np.sqrt(np.prod(np.maximum(high - low, np.finfo(p.dtype).tiny)) / keep.size)
+    halves = (active & (x <= cut + depth), active & (x > cut - depth))
+    found = map_on_threads(lambda half: _rings_of(p, psi, half, stop_if_hidden), halves)
+    if any(f is None for f in found):
+        return None
+    (lab_a, count_a, closed_a), (lab_b, count_b, closed_b) = found
+    own = (x <= cut)
+    hidden = (halves[0] & (count_a == 0)) | (halves[1] & (count_b == 0))
+    count = np.where(hidden, 0, np.where(own, count_a, count_b))
+    width = max(lab_a.shape[1], lab_b.shape[1])
+    labels = np.where(own[:, None], _padded(lab_a, width), _padded(lab_b, width))
+    labels[hidden] = -1
+    return labels, count, np.where(own, closed_a, closed_b) & ~hidden
+
+
+def _padded(labels, width):
+    return np.pad(labels, ((0, 0), (0, width - labels.shape[1])), constant_values=-1)
+
+
+def _rings_of(p, psi, active, stop_if_hidden=False):
+    """:func:`regular_rings` of the ``active`` points, computed in Morton order."""
     from scipy.spatial import QhullError
 
     n = len(p)
