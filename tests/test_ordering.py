@@ -53,16 +53,17 @@ def test_nested_dissection_is_a_permutation(n, dim):
 def test_nested_dissection_cuts_the_fill_of_a_planar_laplacian():
     """On the Delaunay graph of 2e4 random points in random order, the factors in
     nested-dissection order have a tenth of the fill of reverse Cuthill-McKee's
-    (an independent ordering, measured 66 and 665 per row) and stay within twice that
-    of SuperLU's minimum degree (measured 42), whose factorisation takes longer."""
+    (an independent ordering, measured 55 and 665 per row) and stay within 1.5 times
+    that of SuperLU's minimum degree (measured 42), whose factorisation takes longer
+    (66 per row when every cut edge's lower end separated, not a cover)."""
     rng = np.random.default_rng(1)
     points = rng.random((20_000, 2))
     mat = delaunay_laplacian(points, rng.random(3 * 20_000))
     nested = fill(mat, nested_dissection(points, mat.indptr, mat.indices))
-    assert nested < fill(mat, reverse_cuthill_mckee(mat, symmetric_mode=True)) / 5
+    assert nested < fill(mat, reverse_cuthill_mckee(mat, symmetric_mode=True)) / 10
     minimum_degree = splu(mat.tocsc(), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
                           options=dict(SymmetricMode=True)).nnz / mat.shape[0]
-    assert nested < 2 * minimum_degree
+    assert nested < 1.5 * minimum_degree
 
 
 @pytest.mark.parametrize("single", [False, True])

@@ -80,12 +80,12 @@ OTHER_PROBLEM = 0.8
 #: (half the memory traffic), same iterations; at 1e5 no gain (1.33 against 1.35 s).
 FP32_FACTORS_FROM = 500_000
 #: Rows from which the factors are ordered by nested dissection of the seeds (when
-#: given) rather than minimum degree: it halves the factorisation but its factors
-#: have 1.6x the fill, so each preconditioned iteration costs more. Measured on box
-#: solves (one factorisation, 4 reuses, 42 to 50 iterations): at 1e5 factorisation
-#: 0.67 -> 0.44 s, iterations 0.67 -> 1.05 s; at 3e5 4.07 -> 1.95 s and 3.26 ->
-#: 4.43 s; at 1e6 (FP32) 19.3 -> 8.0 s and 14.8 -> 14.6 s.
-NESTED_DISSECTION_FROM = 200_000
+#: given) rather than minimum degree: a faster factorisation, but more fill, so each
+#: preconditioned iteration costs more. Measured on whole solves (host linear solve):
+#: Gaussian 1e4 0.15 -> 0.19 s (worse); box 1e5 1.86 -> 1.58 s, Gaussian 1e5 4.5 -> 4.3 s
+#: (factorisation 0.81 -> 0.39 s); box 1e6 39.3 -> 24.2 s (factorisation 19.3 -> 5.9 s,
+#: iterations 14.8 -> 12.9 s).
+NESTED_DISSECTION_FROM = 50_000
 
 
 class _FactorCache:
@@ -141,8 +141,8 @@ class _FactorCache:
 def _factorisation_cost(lu):
     """What a new factorisation like ``lu`` costs, in preconditioned iterations:
     about ``nnz(L + U) / n`` for minimum degree (see :class:`_FactorCache`), a
-    quarter of it for nested dissection (measured time ratios 20 and 28 at 3e5 and
-    1e6 rows, for ``nnz(L + U) / n`` of 100 and 113)."""
+    quarter of it for nested dissection (measured time ratios 19 and 23 at 1e5 and
+    1e6 rows, for ``nnz(L + U) / n`` of 68 and 90)."""
     return lu.nnz / lu.shape[0] / (4.0 if isinstance(lu, _Reordered) else 1.0)
 
 
@@ -151,8 +151,8 @@ def _factorise(mat, single, points=None):
 
     Rows and columns are ordered by :func:`.ordering.nested_dissection` of the
     ``points`` if given (measured on Delaunay Laplacians: factorisation 0.81 ->
-    0.41 s at 1e5 rows, 20.5 -> 10.2 s at 1e6 in FP64, for 1.6x the fill), else
-    by SuperLU's minimum degree on ``A + A^T``.
+    0.33 s at 1e5 rows, 20.5 -> 7.1 s at 1e6 in FP64, for 1.2 to 1.3 times the
+    fill), else by SuperLU's minimum degree on ``A + A^T``.
     """
     if points is None:
         return _superlu(mat, single, "MMD_AT_PLUS_A")
