@@ -111,8 +111,8 @@ def test_newton_solves_to_a_tenth_of_the_tolerance_or_the_forcing_term():
     import array_api_compat.numpy as xp
     from sdot._core import newton
 
-    rtol = [float(newton._linear_rtol(xp, 1e-8, xp.asarray(norm))) for norm in (1e-2, 1.0, 1e-7, 1e-8, 1e3)]
-    assert rtol == pytest.approx([1e-3, 1e-3, 1e-2, 0.1, 1e-3], rel=1e-12)
+    rtol = [float(newton._linear_rtol(xp, 1e-8, xp.asarray(norm))) for norm in (1e-2, 1.0, 2e-8, 1e-8, 1e3)]
+    assert rtol == pytest.approx([1e-2, 1e-2, 0.05, 0.1, 1e-2], rel=1e-12)
 
 
 @pytest.mark.parametrize("sort", [False, True])
@@ -206,7 +206,7 @@ def test_inexact_newton_takes_the_steps_of_exact_solves(monkeypatch, sdot_driver
     assert float(inexact.residual) <= 1e-8
     psi, psi_exact = (np.asarray(p.brenier_potential) for p in (inexact, exact))
     np.testing.assert_allclose(psi, psi_exact, rtol=0, atol=1e-6 * np.ptp(psi_exact))
-    assert iterations[0] < iterations[1]      # measured 58 and 62, and 1 and 2 factorisations
+    assert iterations[0] < iterations[1]      # measured 42 and 63, and 1 and 2 factorisations
     assert caches[0].factorisations <= caches[1].factorisations
 
 
