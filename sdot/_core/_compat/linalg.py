@@ -24,8 +24,9 @@ def solve_laplacian(xp, rows, cols, weights, diag, rhs, rtol=None, points=None):
     :class:`_FactorCache`), or, when that does not reach ``rtol`` in
     :data:`CG_MAX_ITER` iterations, a new factorisation (scipy's SuperLU in
     symmetric mode; FP32 factors from :data:`FP32_FACTORS_FROM` rows), kept for
-    the next solve; given the ``points`` (n, dim) of the rows, the factors are
-    those of the matrix reordered by :func:`.ordering.nested_dissection`.
+    the next solve; given the ``points`` (n, dim) of the rows, from
+    :data:`NESTED_DISSECTION_FROM` rows the factors are those of the matrix
+    reordered by :func:`.ordering.nested_dissection`.
     Jacobi-preconditioned conjugate gradient in pure array API where the host is
     not reachable.
     """
@@ -82,9 +83,9 @@ FP32_FACTORS_FROM = 500_000
 #: Rows from which the factors are ordered by nested dissection of the seeds (when
 #: given) rather than minimum degree: a faster factorisation, but more fill, so each
 #: preconditioned iteration costs more. Measured on whole solves (host linear solve):
-#: Gaussian 1e4 0.15 -> 0.19 s (worse); box 1e5 1.86 -> 1.58 s, Gaussian 1e5 4.5 -> 4.3 s
-#: (factorisation 0.81 -> 0.39 s); box 1e6 39.3 -> 24.2 s (factorisation 19.3 -> 5.9 s,
-#: iterations 14.8 -> 12.9 s).
+#: Gaussian 1e4 0.15 -> 0.19 s (worse); box 1e5 1.86 -> 1.58 s (factorisation 0.81 ->
+#: 0.39 s); Gaussian 1e5 4.5 -> 4.3 s; box 1e6 39.3 -> 24.2 s (factorisation 19.3 ->
+#: 5.9 s, iterations 14.8 -> 12.9 s).
 NESTED_DISSECTION_FROM = 50_000
 
 

@@ -17,8 +17,9 @@ LEAF = 8
 
 def nested_dissection(points, indptr, indices, leaf=LEAF):
     """Permutation ``perm`` of the rows of a sparse symmetric matrix (CSR pattern
-    ``indptr, indices``, one row per point of ``points`` (n, dim), NumPy) such that
-    ``A[perm][:, perm]`` factors with little fill.
+    ``indptr, indices``, each edge in the rows of both its ends; one row per point of
+    ``points`` (n, dim), NumPy) such that ``A[perm][:, perm]`` factors with little
+    fill. Any pattern gives a permutation; an asymmetric one only more fill.
 
     The dissection tree halves the rank of one coordinate per level (coordinates
     in turn), so each level splits every part near its median, down to parts of
