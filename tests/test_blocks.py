@@ -48,6 +48,16 @@ def test_blocked_kernels_match_whole(name, monkeypatch):
         np.testing.assert_array_equal(blocked[k], whole[k], err_msg=k)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_kernel_on_no_rows_runs_once(monkeypatch, threads):
+    """No rows (an empty selection of cells to repair): the kernel runs once on them
+    (a division by zero blocks before)."""
+    monkeypatch.setattr(_compat.control, "THREADS", threads)
+    calls = []
+    out = _compat.blockwise(np, lambda a: calls.append(a.shape) or 2 * a, np.zeros((0, 3)))
+    assert out.shape == (0, 3) and calls == [(0, 3)]
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3, 8])
 @pytest.mark.parametrize("n", [1, 2047, 5000, 10000, 16384, 16385, 100000, 10 ** 6 + 7])
 def test_blocks_share_the_rows_evenly_between_threads(n, threads):

@@ -61,3 +61,32 @@ def test_repair_finds_a_sliver_the_fp32_certificate_cannot_see(backend):
     area = 0.5 * np.sum(p[:, 0] * q[:, 1] - p[:, 1] * q[:, 0])
     assert abs(area - ref["area"]) < 1e-7           # the sliver is 1.3e-6
     assert bool(fixed.certified)
+
+
+def test_repair_with_nothing_marked_dirty_tests_every_cell(backend):
+    """Cell 33 lacks its edge with seed 36 (a superset, the certificate fails in FP64)
+    but no cell is marked dirty: the repair finds nothing to test, so it tests every
+    cell, and ends with scipy's cell, certified. (An empty selection of rows once
+    divided by zero in the blocks.)"""
+    seeds = np.random.default_rng(0).random((N, 2))
+    i, j = 33, 36
+    ref = reference_cell(seeds, np.zeros(N), i)
+    others = [int(k) for k in ref["facets"] if k >= 0 and k != j]
+    xp = backend.xp
+
+    def run(y, lo, hi):
+        psi = xp.zeros((N,), dtype=y.dtype)
+        active = xp.ones((N,), dtype=xp.bool)
+        cells = geometry.power_cells(xp, y, psi, active, lo, hi)
+        row = xp.asarray([i])
+        start = polygons.box_cells(xp, y[i:i + 1, :], lo, hi, active[i:i + 1], cells.labels.shape[1])
+        wrong = polygons.put_rows(xp, cells, row, polygons.clip_by(xp, y, psi, active, start, row,
+                                                                   xp.asarray([others])))
+        excess, tol = polygons.area_excess(xp, wrong, lo, hi)
+        return excess, tol, repair.repair(xp, y, psi, active, lo, hi, wrong, xp.zeros((N,), dtype=xp.bool))
+
+    excess, tol, fixed = backend.run(run, *(backend.asarray(a) for a in (seeds, LO, HI)))
+    assert float(excess) > float(tol), "the certificate sees the missing edge in FP64"
+    labels = backend.to_numpy(fixed.labels)[i, :int(backend.to_numpy(fixed.count)[i])]
+    assert sorted(int(k) for k in labels) == sorted(ref["facets"])
+    assert bool(fixed.certified)

@@ -65,7 +65,7 @@ def repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds: int = ROUNDS):
 
     def work(state, holds):
         cells, dirty, mode = state.cells, state.dirty, state.mode
-        rows, valid = _compat.select(xp, dirty, pg.budget(xp, dirty))
+        rows, valid = _compat.select(xp, dirty, max(pg.budget(xp, dirty), min(n, 1)))   # none: padding
         cut = _compat.cond(mode == 2, lambda: exact_cutters(xp, seeds, psi, active, cells, rows),
                            lambda: local_cutters(xp, seeds, psi, active, cells, rows,
                                                  table(xp, cells, TABLE_WIDTH, rows)))

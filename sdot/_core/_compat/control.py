@@ -119,7 +119,7 @@ def blockwise(xp, fn, *arrays):
 def _block_rows(n: int, threads: int) -> int:
     """Rows per block: at most :data:`BLOCK`, as many blocks as a multiple of ``threads``
     of equal size, none under :data:`MIN_BLOCK` rows."""
-    blocks = -(-n // BLOCK)
+    blocks = max(-(-n // BLOCK), 1)                 # no rows: one empty block
     blocks = -(-blocks // threads) * threads
     return max(-(-n // blocks), MIN_BLOCK)
 
