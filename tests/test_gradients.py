@@ -152,13 +152,22 @@ def test_torch_subset_of_inputs_and_autograd_grad():
     np.testing.assert_allclose(gx.numpy(), full[0].numpy(), atol=1e-12)
 
 
-def test_jax_jit_value_and_grad_and_jacfwd():
+def test_jax_jit_value_and_grad_and_jacfwd(monkeypatch):
+    """Jitted, eager and forward-mode give the same value and gradient to 1e-12, each
+    solve starting without kept LU factors (old factors precondition the Newton
+    solves differently: in the full suite they moved the stopping point, within the
+    tolerance, by 3e-11 of W2)."""
+    from sdot._core._compat import linalg
+
+    def fresh(fn):
+        monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())
+        return fn(x, w, img)
     x, w, img = map(jnp.asarray, problem(5))
-    v, g = jax.jit(jax.value_and_grad(jax_w2))(x, w, img)
-    v_eager, g_eager = jax.value_and_grad(jax_w2)(x, w, img)
+    v, g = fresh(jax.jit(jax.value_and_grad(jax_w2)))
+    v_eager, g_eager = fresh(jax.value_and_grad(jax_w2))
     assert float(v) == pytest.approx(float(v_eager), rel=1e-12)
     np.testing.assert_allclose(np.asarray(g), np.asarray(g_eager), atol=1e-12)
-    np.testing.assert_allclose(np.asarray(jax.jacfwd(jax_w2)(x, w, img)), np.asarray(g), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(fresh(jax.jacfwd(jax_w2))), np.asarray(g), atol=1e-12)
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2])
