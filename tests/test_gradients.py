@@ -159,10 +159,11 @@ def test_jax_jit_value_and_grad_and_jacfwd(monkeypatch):
     tolerance, by 3e-11 of W2)."""
     from sdot._core._compat import linalg
 
+    x, w, img = map(jnp.asarray, problem(5))
+
     def fresh(fn):
         monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())
         return fn(x, w, img)
-    x, w, img = map(jnp.asarray, problem(5))
     v, g = fresh(jax.jit(jax.value_and_grad(jax_w2)))
     v_eager, g_eager = fresh(jax.value_and_grad(jax_w2))
     assert float(v) == pytest.approx(float(v_eager), rel=1e-12)

@@ -24,6 +24,19 @@ def area_without(seeds, i, j):
     return ConvexHull(HalfspaceIntersection(h, lp.x[:2]).intersections).volume
 
 
+def without_one_edge(xp, y, lo, hi, i, others):
+    """``(psi, active, cells)``: the diagram of ``y`` at zero weights, with cell ``i`` the
+    box clipped by the seeds ``others`` only (a superset of the true cell)."""
+    n = y.shape[0]
+    psi = xp.zeros((n,), dtype=y.dtype)
+    active = xp.ones((n,), dtype=xp.bool)
+    cells = geometry.power_cells(xp, y, psi, active, lo, hi)
+    row = xp.asarray([i])
+    start = polygons.box_cells(xp, y[i:i + 1, :], lo, hi, active[i:i + 1], cells.labels.shape[1])
+    return psi, active, polygons.put_rows(xp, cells, row, polygons.clip_by(xp, y, psi, active, start, row,
+                                                                           xp.asarray([others])))
+
+
 def test_repair_finds_a_sliver_the_fp32_certificate_cannot_see(backend):
     """Cell 33 of these 40 seeds, clipped by all its neighbours but 36 (an edge of
     length 2.8e-3), exceeds its true area by 1.3e-6 (scipy): within the FP32 area
@@ -37,13 +50,7 @@ def test_repair_finds_a_sliver_the_fp32_certificate_cannot_see(backend):
     others = [int(k) for k in ref["facets"] if k >= 0 and k != j]
 
     def run(y, lo, hi):
-        psi = xp.zeros((N,), dtype=y.dtype)
-        active = xp.ones((N,), dtype=xp.bool)
-        cells = geometry.power_cells(xp, y, psi, active, lo, hi)
-        row = xp.asarray([i])
-        start = polygons.box_cells(xp, y[i:i + 1, :], lo, hi, active[i:i + 1], cells.labels.shape[1])
-        wrong = polygons.clip_by(xp, y, psi, active, start, row, xp.asarray([others]))
-        wrong = polygons.put_rows(xp, cells, row, wrong)
+        psi, active, wrong = without_one_edge(xp, y, lo, hi, i, others)
         excess, tol = polygons.area_excess(xp, wrong, lo, hi)
         missing = ~xp.any(wrong.labels[i, :] == j)
         dirty = xp.arange(N) == i
@@ -75,13 +82,7 @@ def test_repair_with_nothing_marked_dirty_tests_every_cell(backend):
     xp = backend.xp
 
     def run(y, lo, hi):
-        psi = xp.zeros((N,), dtype=y.dtype)
-        active = xp.ones((N,), dtype=xp.bool)
-        cells = geometry.power_cells(xp, y, psi, active, lo, hi)
-        row = xp.asarray([i])
-        start = polygons.box_cells(xp, y[i:i + 1, :], lo, hi, active[i:i + 1], cells.labels.shape[1])
-        wrong = polygons.put_rows(xp, cells, row, polygons.clip_by(xp, y, psi, active, start, row,
-                                                                   xp.asarray([others])))
+        psi, active, wrong = without_one_edge(xp, y, lo, hi, i, others)
         excess, tol = polygons.area_excess(xp, wrong, lo, hi)
         return excess, tol, repair.repair(xp, y, psi, active, lo, hi, wrong, xp.zeros((N,), dtype=xp.bool))
 
