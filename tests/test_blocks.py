@@ -30,7 +30,9 @@ def kernels(xp, b):
                 flips=kinetic.flip_partners(xp, before.labels, before.count, flipped, 4),
                 cutters=repair.local_cutters(xp, seeds, psi1, active, moved, rows, table),
                 clipped=clipped.vertices, count=clipped.count, moments=moments, facet=facet,
-                area=polygons.area_excess(xp, moved, lo, hi)[0])
+                area=polygons.area_excess(xp, moved, lo, hi)[0], table=table,
+                degree=xp.asarray(polygons.max_degree(xp, moved)),
+                around=polygons.around(xp, before, xp.asarray(rng.random(n) < 0.2)))
 
 
 @pytest.mark.parametrize("name", ["numpy", "torch"])
@@ -46,6 +48,26 @@ def test_blocked_kernels_match_whole(name, monkeypatch):
     blocked = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
     for k in whole:
         np.testing.assert_array_equal(blocked[k], whole[k], err_msg=k)
+
+
+@pytest.mark.parametrize("name", ["numpy", "torch"])
+def test_narrow_pass_matches_all_slots(name, monkeypatch):
+    """Eagerly the kernels over vertex slots run on the first ``NARROW`` slots of every
+    row, then on all slots of the rows with more vertices (``_compat.slotwise``): the
+    same result as on all slots of every row."""
+    from conftest import Backend
+
+    b = Backend(name)
+    calls = []
+    slotwise = _compat.slotwise
+    monkeypatch.setattr(_compat, "slotwise", lambda xp, fn, count, *a: calls.append(
+        int(b.xp.sum(count > _compat.control.NARROW))) or slotwise(xp, fn, count, *a))
+    narrow = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
+    assert len(calls) >= 6 and 0 < max(calls) < 30            # both passes ran
+    monkeypatch.setattr(_compat.control, "NARROW", 64)         # every cell fits: one pass on all slots
+    whole = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
+    for k in whole:
+        np.testing.assert_array_equal(narrow[k], whole[k], err_msg=k)
 
 
 @pytest.mark.parametrize("threads", [1, 2])

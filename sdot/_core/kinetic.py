@@ -96,8 +96,8 @@ def hiding_step(xp, seeds, psi, d, active, cells):
     """
     n = cells.count.shape[0]
     rows = xp.arange(n, dtype=xp.int64, device=aac.device(cells.count))
-    per_cell = _compat.blockwise(xp, lambda r, lab, c: _fan_step(xp, seeds, psi, d, active, r, lab, c),
-                                 rows, cells.labels, cells.count)
+    per_cell = _compat.slotwise(xp, lambda c, r, lab: _fan_step(xp, seeds, psi, d, active, r, lab, c),
+                                cells.count, (rows,), (cells.labels,), (None,))
     return xp.min(per_cell)
 
 
@@ -143,11 +143,15 @@ def _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped):
     """:func:`update` after :func:`_updated`: clip the invalid cells again, from the box,
     and the cells that gain an edge by a flip; returns ``(cells, dirty)``."""
     n = seeds.shape[0]
-    previous_neighbours = table(xp, previous)
     cap = previous.labels.shape[1]
+    if _compat.is_traced(previous.labels):
+        every = table(xp, previous)
+        previous_neighbours = lambda rows: xp.take(every, rows, axis=0)
+    else:                               # eagerly, the table of the few invalid cells only
+        previous_neighbours = lambda rows: table(xp, pg.take_rows(xp, previous, rows))
 
     def reclip(cells, mask, candidates, from_box):
-        """Clip the cells of ``mask`` (from the box, or as they are) by their rows of ``candidates``."""
+        """Clip the cells of ``mask`` (from the box, or as they are) by their ``candidates(rows)``."""
         def body(state):
             cells, left = state
             rows, valid = _compat.select(xp, left, pg.budget(xp, left))
@@ -155,7 +159,7 @@ def _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped):
             if from_box:
                 start = box_cells(xp, xp.take(seeds, rows, axis=0), lo, hi, xp.take(active, rows) & valid, cap)
             redone = clip_by(xp, seeds, psi, active, start, rows,
-                             xp.where(valid[:, None], xp.take(candidates, rows, axis=0), -1))
+                             xp.where(valid[:, None], candidates(rows), -1))
             redone = pg.keep_rows(xp, valid, redone, pg.take_rows(xp, cells, rows))
             return pg.put_rows(xp, cells, rows, redone), left & ~pg.mask_of(xp, rows, valid, n)
         return _compat.while_loop(lambda state: pg.any_true(xp, state[1]), body, (cells, mask))[0]
@@ -163,7 +167,7 @@ def _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped):
     cells = reclip(cells, ~ok, previous_neighbours, True)
     gained = flip_partners(xp, previous.labels, previous.count, flipped, FLIP_WIDTH)
     dirty = pg.around(xp, previous, ~ok | (cells.count != previous.count))   # with those that dropped edges
-    cells = reclip(cells, xp.any(gained >= 0, axis=1), gained, False)
+    cells = reclip(cells, xp.any(gained >= 0, axis=1), lambda rows: xp.take(gained, rows, axis=0), False)
     return cells, dirty
 
 
@@ -205,9 +209,10 @@ def _updated(xp, seeds, psi, active, lo, hi, previous):
     n = previous.count.shape[0]
     dev = aac.device(previous.count)
     rows = xp.arange(n, dtype=xp.int64, device=dev)
-    verts, ok, flipped, reversed_ = _compat.blockwise(
-        xp, lambda r, lab, c, v: _moved(xp, seeds, psi, active, lo, hi, r, lab, c, v),
-        rows, previous.labels, previous.count, previous.vertices)
+    verts, ok, flipped, reversed_ = _compat.slotwise(
+        xp, lambda c, r, lab, v: _moved(xp, seeds, psi, active, lo, hi, r, lab, c, v),
+        previous.count, (rows,), (previous.labels, previous.vertices),
+        (previous.vertices, None, False, False))
     # own copies (the vertices are new): written in place here, by the update and the repair
     cells = previous._replace(vertices=verts, certified=xp.asarray(False, device=dev), **{
         f: xp.asarray(getattr(previous, f), copy=True) for f in ("labels", "count", "overflow")})
@@ -287,8 +292,10 @@ def flip_partners(xp, labels, count, flipped, width: int):
     if _compat.is_traced(labels, flipped):
         gainer, gained, ok = _flip_pairs(xp, labels, count, flipped)
         gainer = xp.where(ok, gainer, n)
-    else:                                   # in blocks: the (n, 4 V) pairs would dominate the memory
-        gainer, gained = _compat.blockwise(xp, lambda *a: _flipped_pairs(xp, n, *a), labels, count, flipped)
+    else:       # the rows with a flip (a fifth at 1e5), in blocks: (m, 4 V) pairs would dominate the memory
+        rows, _ = _compat.true_entries(xp, xp.any(flipped, axis=1))
+        gainer, gained = _compat.blockwise(xp, lambda *a: _flipped_pairs(xp, n, *a),
+                                           *(xp.take(a, rows, axis=0) for a in (labels, count, flipped)))
     return _pack_pairs(xp, gainer, gained, labels[:, 0], width)
 
 

@@ -155,8 +155,9 @@ def _laplacian(xp, seeds, cells, facet, active, rhs):
     """
     n = cells.labels.shape[0]
     rows = xp.arange(n, dtype=xp.int64, device=aac.device(seeds))
-    other, w = _compat.blockwise(xp, lambda r, lab, c, f: _facet_weights(xp, seeds, r, lab, c, f),
-                                 rows, cells.labels, cells.count, facet)
+    rows_per_slot = xp.broadcast_to(rows[:, None], cells.labels.shape)
+    other, w = _compat.slotwise(xp, lambda c, r, lab, f: _facet_weights(xp, seeds, r, lab, c, f),
+                                cells.count, (rows,), (cells.labels, facet), (rows_per_slot, 0.0))
     return _assembled(xp, other, w, active, rhs)
 
 

@@ -175,7 +175,8 @@ def _clip_block(xp, seeds, psi, active, cells, rows, candidates):
 
 def area_excess(xp, cells, lo, hi):
     """``(sum of cell areas - box area, tolerance)``: the certificate of exactness."""
-    area, square = _compat.blockwise(xp, lambda v, c: _area_terms(xp, v, c), cells.vertices, cells.count)
+    area, square = _compat.slotwise(xp, lambda c, v: _area_terms(xp, v, c), cells.count, (), (cells.vertices,),
+                                    (None, None))
     box = xp.prod(hi - lo)
     tol = 64.0 * xp.finfo(area.dtype).eps * (box + xp.sqrt(xp.sum(square)) * xp.sqrt(box))
     return xp.sum(area) - box, tol
@@ -194,26 +195,40 @@ def _area_terms(xp, v, count):
     return area, xp.sum(xp.where(k < count[:, None], x * x + y * y, 0.0), axis=1)
 
 
-@_compat.jit_on_jax("width")
 def neighbours(xp, cells, width: int):
     """Each cell's neighbours (its edge labels >= 0) first, ``width`` columns, -1 after.
 
     The candidates of the next diagram, and the table of the local test; a hint
     only: a neighbour cut off by ``width`` is found by the repair.
     """
-    lab = cells.labels
-    k = xp.arange(lab.shape[1], dtype=xp.int64, device=aac.device(lab))[None, :]
-    lab = xp.where((k < cells.count[:, None]) & (lab >= 0), lab, -1)
+    return _compat.slotwise(xp, lambda c, lab: _neighbour_columns(xp, lab, c, width), cells.count, (),
+                            (cells.labels,), (None,))
+
+
+@_compat.jit_on_jax("width")
+def _neighbour_columns(xp, labels, count, width: int):
+    """Kernel of :func:`neighbours`: ``width`` columns (-1 padded) whatever the slots."""
+    n, cap = labels.shape
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(labels))[None, :]
+    lab = xp.where((k < count[:, None]) & (labels >= 0), labels, -1)
     order = xp.argsort(xp.astype(lab < 0, xp.int8), axis=1, stable=True)[:, :width]
-    return xp.take_along_axis(lab, order, axis=1)
+    out = xp.take_along_axis(lab, order, axis=1)
+    if cap < width:
+        out = xp.concat([out, -xp.ones((n, width - cap), dtype=out.dtype, device=aac.device(out))], axis=1)
+    return out
 
 
 def max_degree(xp, cells):
     """Largest number of neighbours of a cell (eager sizing of the candidates)."""
-    lab = cells.labels
-    k = xp.arange(lab.shape[1], dtype=xp.int64, device=aac.device(lab))[None, :]
-    edges = (k < cells.count[:, None]) & (lab >= 0)
-    return _compat.to_int(xp.max(xp.sum(xp.astype(edges, xp.int64), axis=1)))
+    return _compat.to_int(xp.max(_compat.slotwise(xp, lambda c, lab: _degrees(xp, lab, c), cells.count, (),
+                                                  (cells.labels,), (None,))))
+
+
+@_compat.jit_on_jax()
+def _degrees(xp, labels, count):
+    """Number of neighbours of each cell."""
+    k = xp.arange(labels.shape[1], dtype=xp.int64, device=aac.device(labels))[None, :]
+    return xp.sum(xp.astype((k < count[:, None]) & (labels >= 0), xp.int64), axis=1)
 
 
 # ------------------------------------------------------------- rows and masks
@@ -248,13 +263,21 @@ def keep_rows(xp, valid, new, old):
                         overflow=xp.where(valid, new.overflow, old.overflow))
 
 
-@_compat.jit_on_jax()
 def around(xp, cells, mask):
-    """``mask`` and the neighbours of the cells in ``mask``."""
-    n, cap = cells.labels.shape
-    k = xp.arange(cap, dtype=xp.int64, device=aac.device(mask))[None, :]
-    lab = xp.where((k < cells.count[:, None]) & (cells.labels >= 0) & mask[:, None], cells.labels, -1)
-    return mask | hits(xp, xp.reshape(lab, (-1,)), n)
+    """``mask`` and the neighbours of the cells in ``mask`` (eagerly, only their rows are read)."""
+    if _compat.is_traced(mask, cells.labels):
+        return _around(xp, cells.labels, cells.count, mask)
+    rows, valid = _compat.true_entries(xp, mask)
+    return _around(xp, xp.take(cells.labels, rows, axis=0), xp.take(cells.count, rows), valid, mask)
+
+
+@_compat.jit_on_jax()
+def _around(xp, labels, count, mask, out=None):
+    """``out`` (default ``mask``) and the neighbours in the rows ``(labels, count)`` where ``mask``."""
+    out = mask if out is None else out
+    k = xp.arange(labels.shape[1], dtype=xp.int64, device=aac.device(mask))[None, :]
+    lab = xp.where((k < count[:, None]) & (labels >= 0) & mask[:, None], labels, -1)
+    return out | hits(xp, xp.reshape(lab, (-1,)), out.shape[0])
 
 
 #: Boolean mask (n,) of the entries ``idx`` (-1 ignored).

@@ -116,6 +116,57 @@ def blockwise(xp, fn, *arrays):
     return xp.concat(parts, axis=0)
 
 
+#: Vertex slots of the narrow pass of :func:`slotwise` (98% of the cells of uniform
+#: seeds have at most 8 vertices, all but 0.03% at most 10).
+NARROW = 8
+
+
+def slotwise(xp, fn, count, rowwise, slotted, fills):
+    """``fn(count, *rowwise, *slotted)`` (by :func:`blockwise`), eagerly on NumPy and
+    torch on the first :data:`NARROW` slots of every row, then again on all slots of
+    the few rows of ``count > NARROW``.
+
+    For kernels over cells of ``V`` vertex slots (most of them empty) that read the
+    slots ``k < count`` of ``slotted`` (arrays ``(n, V, ...)``) and nothing beyond, and
+    run on any ``count`` (the narrow pass sees at most ``NARROW``). ``fills`` says,
+    per output of ``fn``, what its slots from ``NARROW`` on hold in the narrow rows:
+    None for an output per row ``(n, ...)``, a scalar, or an array of the output's
+    shape to copy them from. With the fills that ``fn`` writes there, the result is
+    ``fn``'s on all rows. Measured at 1e5 cells of 16 slots: the kernel of the
+    kinetic update takes 0.54 of its time on 8 slots, the hiding test's 0.53.
+    """
+    n, cap = slotted[0].shape[:2]
+    if cap <= NARROW or not (aac.is_numpy_array(count) or aac.is_torch_array(count)):
+        return blockwise(xp, fn, count, *rowwise, *slotted)
+    wide = count > NARROW
+    if 2 * int(xp.sum(xp.astype(wide, xp.int64))) > n:     # mostly wide: a narrow pass does not pay
+        return blockwise(xp, fn, count, *rowwise, *slotted)
+    first = blockwise(xp, fn, xp.minimum(count, NARROW), *rowwise, *(a[:, :NARROW, ...] for a in slotted))
+    rows = xp.nonzero(wide)[0]
+    again = (None,) * len(fills)
+    if rows.shape[0]:
+        again = _as_tuple(blockwise(xp, fn, xp.take(count, rows), *(xp.take(a, rows, axis=0) for a in rowwise),
+                                    *(xp.take(a, rows, axis=0) for a in slotted)))
+    outputs = []
+    for narrow, redone, fill in zip(_as_tuple(first), again, fills):
+        if fill is None:
+            out = xp.asarray(narrow, copy=True)         # its own: the wide rows are written in place
+        elif isinstance(fill, (bool, int, float)):
+            tail = xp.full((n, cap - NARROW) + tuple(narrow.shape[2:]), fill, dtype=narrow.dtype,
+                           device=aac.device(narrow))
+            out = xp.concat([narrow, tail], axis=1)
+        else:
+            out = xp.concat([narrow, fill[:, NARROW:, ...]], axis=1)
+        if redone is not None:
+            out[rows, ...] = redone
+        outputs.append(out)
+    return tuple(outputs) if isinstance(first, tuple) else outputs[0]
+
+
+def _as_tuple(result):
+    return result if isinstance(result, tuple) else (result,)
+
+
 def _block_rows(n: int, threads: int) -> int:
     """Rows per block: at most :data:`BLOCK`, as many blocks as a multiple of ``threads``
     of equal size, none under :data:`MIN_BLOCK` rows."""
