@@ -149,8 +149,8 @@ def slotwise(xp, fn, count, rowwise, slotted, fills):
                                     *(xp.take(a, rows, axis=0) for a in slotted)))
     outputs = []
     for narrow, redone, fill in zip(_as_tuple(first), again, fills):
-        if fill is None:
-            out = xp.asarray(narrow, copy=True)         # its own: the wide rows are written in place
+        if fill is None:                                # its own if the wide rows are written in place
+            out = narrow if redone is None else xp.asarray(narrow, copy=True)
         elif isinstance(fill, (bool, int, float)):
             tail = xp.full((n, cap - NARROW) + tuple(narrow.shape[2:]), fill, dtype=narrow.dtype,
                            device=aac.device(narrow))
