@@ -144,11 +144,13 @@ def _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped):
     and the cells that gain an edge by a flip; returns ``(cells, dirty)``."""
     n = seeds.shape[0]
     cap = previous.labels.shape[1]
-    if _compat.is_traced(previous.labels):
-        every = table(xp, previous)
-        previous_neighbours = lambda rows: xp.take(every, rows, axis=0)
-    else:                               # eagerly, the table of the few invalid cells only
-        previous_neighbours = lambda rows: table(xp, pg.take_rows(xp, previous, rows))
+    every = table(xp, previous) if _compat.is_traced(previous.labels) else None
+
+    def previous_neighbours(rows):
+        """Neighbour table of the cells ``rows`` in ``previous`` (eagerly of those only)."""
+        if every is None:
+            return table(xp, pg.take_rows(xp, previous, rows))
+        return xp.take(every, rows, axis=0)
 
     def reclip(cells, mask, candidates, from_box):
         """Clip the cells of ``mask`` (from the box, or as they are) by their ``candidates(rows)``."""

@@ -266,18 +266,18 @@ def keep_rows(xp, valid, new, old):
 def around(xp, cells, mask):
     """``mask`` and the neighbours of the cells in ``mask`` (eagerly, only their rows are read)."""
     if _compat.is_traced(mask, cells.labels):
-        return _around(xp, cells.labels, cells.count, mask)
+        return _around(xp, mask, cells.labels, cells.count, mask)
     rows, valid = _compat.true_entries(xp, mask)
-    return _around(xp, xp.take(cells.labels, rows, axis=0), xp.take(cells.count, rows), valid, mask)
+    return _around(xp, mask, xp.take(cells.labels, rows, axis=0), xp.take(cells.count, rows), valid)
 
 
 @_compat.jit_on_jax()
-def _around(xp, labels, count, mask, out=None):
-    """``out`` (default ``mask``) and the neighbours in the rows ``(labels, count)`` where ``mask``."""
-    out = mask if out is None else out
+def _around(xp, mask, labels, count, rows_in):
+    """``mask`` and the neighbours of the cells ``(labels, count)`` (rows of some cells)
+    where ``rows_in``."""
     k = xp.arange(labels.shape[1], dtype=xp.int64, device=aac.device(mask))[None, :]
-    lab = xp.where((k < count[:, None]) & (labels >= 0) & mask[:, None], labels, -1)
-    return out | hits(xp, xp.reshape(lab, (-1,)), out.shape[0])
+    lab = xp.where((k < count[:, None]) & (labels >= 0) & rows_in[:, None], labels, -1)
+    return mask | hits(xp, xp.reshape(lab, (-1,)), mask.shape[0])
 
 
 #: Boolean mask (n,) of the entries ``idx`` (-1 ignored).
