@@ -23,6 +23,8 @@ def kernels(xp, b):
     xs = (np.arange(8) + 0.5) / 8
     image = b.asarray(np.exp(-((xs[:, None] - 0.3) ** 2 + (xs[None, :] - 0.6) ** 2) / 0.05))
     moments, facet = integrate.cell_integrals(xp, seeds, before, image, lo, hi)
+    uniform_moments, uniform_facet = integrate.cell_integrals(xp, seeds, moved, b.asarray(np.full((1, 1), 1.3)),
+                                                              lo, hi)
     _, cols, weights, diag, _ = newton._laplacian(xp, seeds, before, facet, active, moments[:, 0])
     return dict(cols=cols, weights=weights, diag=diag,
                 hiding=kinetic.hiding_step(xp, seeds, psi0, psi1 - psi0, active, before),
@@ -30,6 +32,7 @@ def kernels(xp, b):
                 flips=kinetic.flip_partners(xp, before.labels, before.count, flipped, 4),
                 cutters=repair.local_cutters(xp, seeds, psi1, active, moved, rows, table),
                 clipped=clipped.vertices, count=clipped.count, moments=moments, facet=facet,
+                uniform_moments=uniform_moments, uniform_facet=uniform_facet,
                 area=polygons.area_excess(xp, moved, lo, hi)[0], table=table,
                 degree=xp.asarray(polygons.max_degree(xp, moved)),
                 around=polygons.around(xp, before, xp.asarray(rng.random(n) < 0.2)))

@@ -176,6 +176,9 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
     temporaries of all edges at once would dominate the memory of a solve. The prefix
     tables of the density are computed once, not per block.
     """
+    if tuple(density.shape) == (1, 1):
+        return _compat.slotwise(xp, lambda c, s, v: _uniform_integrals(xp, s, v, c, density, lo, hi),
+                                cells.count, (seeds,), (cells.vertices,), (None, 0.0))
     tables = xp.reshape(prefix_tables(xp, density, lo, hi), (3, -1))
     return _compat.blockwise(xp, lambda s, v, c: _cell_integrals(xp, s, v, c, density, tables, lo, hi),
                              seeds, cells.vertices, cells.count)
@@ -217,6 +220,28 @@ def _cell_integrals(xp, seeds, vertices, count, density, tables, lo, hi):
     zero = xp.zeros(e.slot.shape, dtype=seeds.dtype, device=aac.device(seeds))
     acc, facet = _visit_pieces(xp, e, grid.shape, visit, ((zero,) * 4, zero))
     return xp.stack([e.per_cell(xp, a) for a in acc], axis=1), e.per_slot(xp, facet)
+
+
+@_compat.jit_on_jax()
+def _uniform_integrals(xp, seeds, vertices, count, density, lo, hi):
+    """:func:`cell_integrals` for a constant density ``c`` (a single pixel), in closed
+    form: with the edges ``(a, b)`` of a cell (relative to its seed, in the box) and
+    ``w = a_x b_y - a_y b_x``, ``mass = c/2 sum w``, ``M_x = c/6 sum w (a_x + b_x)``,
+    ``M_2 = c/12 sum w (|a|^2 + a . b + |b|^2)``; the edge integrals are ``c |b - a|``."""
+    n, cap, _ = vertices.shape
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(count))[None, :]
+    valid = k < count[:, None]
+    a = _clamp(xp, vertices, (lo - seeds)[:, None, :], (hi - seeds)[:, None, :])
+    nxt = (k + 1) % xp.maximum(count, 1)[:, None]
+    b = xp.stack([xp.take_along_axis(a[..., i], nxt, axis=1) for i in range(2)], axis=-1)
+    ax, ay, bx, by = a[..., 0], a[..., 1], b[..., 0], b[..., 1]
+    c = xp.reshape(density, (1,))
+    w = xp.where(valid, ax * by - ay * bx, 0.0)
+    moments = [xp.sum(w, axis=1) / 2.0, xp.sum(w * (ax + bx), axis=1) / 6.0,
+               xp.sum(w * (ay + by), axis=1) / 6.0,
+               xp.sum(w * (ax * (ax + bx) + bx * bx + ay * (ay + by) + by * by), axis=1) / 12.0]
+    dx, dy = bx - ax, by - ay
+    return c * xp.stack(moments, axis=1), c * xp.where(valid, xp.sqrt(dx * dx + dy * dy), 0.0)
 
 
 @_compat.jit_on_jax("density_shape")

@@ -1,0 +1,62 @@
+"""Cell integrals of a constant density (one pixel: the closed form of
+``integrate._uniform_integrals``) against hand-computed values and against the pixel
+walk of the general path on a constant grid of several pixels, on every backend."""
+import array_api_compat.numpy as npx
+import numpy as np
+import pytest
+
+from sdot._core import geometry, integrate
+from sdot._core.polygons import Cells
+
+
+def on_backend(b, cells):
+    return Cells(*(b.asarray(getattr(cells, f), dtype=np.asarray(getattr(cells, f)).dtype)
+                   for f in Cells._fields))
+
+
+def integrals(b, seeds, cells, density, lo, hi):
+    args = [b.asarray(a) for a in (seeds, density, lo, hi)]
+    out = b.run(lambda s, c, d, l, h: integrate.cell_integrals(b.xp, s, c, d, l, h),
+                args[0], on_backend(b, cells), *args[1:])
+    return tuple(b.to_numpy(a) for a in out)
+
+
+def test_rectangle_cell_by_hand(backend):
+    """A cell ``[0.2, 0.6] x [0.1, 0.3]`` (seed at (0.3, 0.2)) of density 1.5: mass
+    1.5 * 0.08, first moments about the seed 1.5 * 0.08 * (0.1, 0), second moment
+    1.5 * int (u^2 + v^2) = 1.5 * (0.2 * 0.028 / 3 + 0.4 * 0.002 / 3), edges 1.5 * length."""
+    seed = np.array([[0.3, 0.2]])
+    corners = np.array([[0.2, 0.1], [0.6, 0.1], [0.6, 0.3], [0.2, 0.3]]) - seed
+    vertices = np.zeros((1, 6, 2))
+    vertices[0, :4] = corners
+    cells = Cells(vertices, np.array([[-1, -2, -3, -4, -1, -1]]), np.array([4]), np.array([False]),
+                  np.array(True))
+    moments, facet = integrals(backend, seed, cells, np.full((1, 1), 1.5), np.zeros(2), np.ones(2))
+    # int u^2 over u in [-0.1, 0.3] = (0.027 + 0.001) / 3; int v^2 over v in [-0.1, 0.1] = 0.002 / 3
+    m2 = 0.2 * 0.028 / 3 + 0.4 * 0.002 / 3
+    np.testing.assert_allclose(moments, [[1.5 * 0.08, 1.5 * 0.008, 0.0, 1.5 * m2]], atol=1e-15)
+    np.testing.assert_allclose(facet, [[0.6, 0.3, 0.6, 0.3, 0.0, 0.0]], atol=1e-15)
+
+
+@pytest.mark.parametrize("box", [((0.0, 0.0), (1.0, 1.0)), ((-1.0, 0.5), (2.0, 3.0))], ids=["unit", "shifted"])
+def test_one_pixel_equals_the_pixel_walk_on_a_constant_grid(backend, box, monkeypatch):
+    """A power diagram of 200 seeds (half of them hidden, the others of 3 to 13
+    vertices, some on the box's sides): a (1, 1) density, integrated in closed form,
+    gives the moments and edge integrals of a constant (3, 2) grid of the same value,
+    whose edges are walked pixel by pixel."""
+    rng = np.random.default_rng(5)
+    lo, hi = np.asarray(box[0]), np.asarray(box[1])
+    seeds = lo + (hi - lo) * rng.random((200, 2))
+    psi = 0.02 * np.prod(hi - lo) * rng.random(200)
+    cells = geometry.power_cells(npx, seeds, psi, np.ones(200, bool), lo, hi)
+    closed_form = integrate._uniform_integrals
+    calls = []
+    monkeypatch.setattr(integrate, "_uniform_integrals", lambda *a: calls.append(1) or closed_form(*a))
+    one = integrals(backend, seeds, cells, np.full((1, 1), 0.7), lo, hi)
+    assert calls
+    calls.clear()
+    walked = integrals(backend, seeds, cells, np.full((3, 2), 0.7), lo, hi)
+    assert not calls
+    assert one[0][:, 0].sum() == pytest.approx(0.7 * np.prod(hi - lo), rel=1e-13)
+    for a, b in zip(one, walked):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-14 * np.prod(hi - lo) ** 2)
