@@ -208,14 +208,8 @@ def neighbours(xp, cells, width: int):
 @_compat.jit_on_jax("width")
 def _neighbour_columns(xp, labels, count, width: int):
     """Kernel of :func:`neighbours`: ``width`` columns (-1 padded) whatever the slots."""
-    n, cap = labels.shape
-    k = xp.arange(cap, dtype=xp.int64, device=aac.device(labels))[None, :]
-    lab = xp.where((k < count[:, None]) & (labels >= 0), labels, -1)
-    order = xp.argsort(xp.astype(lab < 0, xp.int8), axis=1, stable=True)[:, :width]
-    out = xp.take_along_axis(lab, order, axis=1)
-    if cap < width:
-        out = xp.concat([out, -xp.ones((n, width - cap), dtype=out.dtype, device=aac.device(out))], axis=1)
-    return out
+    k = xp.arange(labels.shape[1], dtype=xp.int64, device=aac.device(labels))[None, :]
+    return _compat.first_columns(xp, (k < count[:, None]) & (labels >= 0), labels, width, -1)
 
 
 def max_degree(xp, cells):

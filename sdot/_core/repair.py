@@ -254,5 +254,4 @@ def _clip_rows(xp, seeds, psi, active, cells, rows, cut):
 @_compat.jit_on_jax("width")
 def _first_columns(xp, cut, width: int):
     """The non-negative entries of each row of ``cut`` first, ``width`` columns."""
-    order = xp.argsort(xp.astype(cut < 0, xp.int8), axis=1, stable=True)[:, :width]
-    return xp.take_along_axis(cut, order, axis=1)
+    return _compat.first_columns(xp, cut >= 0, cut, width, -1)

@@ -103,10 +103,43 @@ def select(xp, mask, size: int):
 
     Returns ``(indices, valid)``; when ``size`` exceeds the number of true
     entries, the extra indices are distinct false entries marked invalid.
-    Traceable (a stable argsort), so shapes stay static.
+    Traceable, so shapes stay static: a stable argsort of the mask, or on JAX (whose
+    sort on the CPU is slow: 25 ms for 1e5 entries, 1 s for 3.2e6) the position of
+    each entry from prefix sums, and one scatter.
     """
-    order = xp.argsort(xp.astype(~mask, xp.int8), stable=True)[:size]
+    if not aac.is_jax_array(mask):
+        order = xp.argsort(xp.astype(~mask, xp.int8), stable=True)[:size]
+        return order, xp.take(mask, order)
+    n = mask.shape[0]
+    ones = xp.astype(mask, xp.int64)
+    before = xp.cumulative_sum(ones) - ones                 # true entries before each
+    entry = xp.arange(n, dtype=xp.int64, device=aac.device(mask))
+    position = xp.where(mask, before, xp.sum(ones) + entry - before)   # false ones after the true
+    order = set_rows(xp, xp.zeros((size + 1,), dtype=xp.int64, device=aac.device(mask)),
+                     xp.minimum(position, size), entry)      # slot ``size``: the entries left out
+    order = order[:size]
     return order, xp.take(mask, order)
+
+
+def first_columns(xp, keep, values, width: int, fill):
+    """Per row of ``values`` (n, V), its entries where ``keep`` first, in order, then
+    ``fill``: ``width`` columns. A stable argsort per row, or on JAX (slow sorts on the
+    CPU) each kept entry's column from prefix sums along the row, and one scatter."""
+    n, cap = values.shape
+    dev = aac.device(values)
+    if not aac.is_jax_array(values):
+        order = xp.argsort(xp.astype(~keep, xp.int8), axis=1, stable=True)[:, :min(width, cap)]
+        out = xp.take_along_axis(xp.where(keep, values, fill), order, axis=1)
+        if cap >= width:
+            return out
+        tail = xp.full((n, width - cap), fill, dtype=values.dtype, device=dev)
+        return xp.concat([out, tail], axis=1)
+    column = xp.cumulative_sum(xp.astype(keep, xp.int64), axis=1) - 1
+    row = xp.arange(n, dtype=xp.int64, device=dev)[:, None]
+    slot = xp.where(keep & (column < width), row * width + column, n * width)     # n * width: dropped
+    out = xp.full((n * width + 1,), fill, dtype=values.dtype, device=dev)
+    out = set_rows(xp, out, xp.reshape(slot, (-1,)), xp.reshape(values, (-1,)))
+    return xp.reshape(out[:n * width], (n, width))
 
 
 def true_entries(xp, mask):
