@@ -228,7 +228,10 @@ def _updated(xp, seeds, psi, active, lo, hi, previous):
         return cells, ok, flipped
     rows, _ = _compat.select(xp, retry, pg.budget(xp, retry))     # padding rows: retry False
     sub = pg.take_rows(xp, cells, rows)
-    dropped, fixed = _dropped(xp, seeds, psi, active, lo, hi, rows, sub, xp.take(reversed_, rows, axis=0))
+    verts, labels, count, fixed = _compat.blockwise(
+        xp, lambda *a: _dropped(xp, seeds, psi, active, lo, hi, *a),
+        rows, sub.labels, sub.count, sub.vertices, xp.take(reversed_, rows, axis=0))
+    dropped = sub._replace(vertices=verts, labels=labels, count=count)
     fixed = fixed & xp.take(retry, rows)
     cells = pg.put_rows(xp, cells, rows, pg.keep_rows(xp, fixed, dropped, sub))
     return cells, ok | pg.mask_of(xp, rows, fixed, n), flipped
@@ -244,17 +247,18 @@ def _moved(xp, seeds, psi, active, lo, hi, rows, labels, count, old_vertices):
 
 
 @_compat.jit_on_jax()
-def _dropped(xp, seeds, psi, active, lo, hi, rows, cells, reversed_):
-    """The cells ``rows`` without their ``reversed`` edges (the others first, in
-    order), and whether they are valid: ``(cells, ok)``."""
-    n, cap = cells.labels.shape
+def _dropped(xp, seeds, psi, active, lo, hi, rows, labels, count, vertices, reversed_):
+    """The cells ``rows`` (``labels, count, vertices``) without their ``reversed``
+    edges (the others first, in order), and whether they are valid: ``(vertices,
+    labels, count, ok)``."""
+    n, cap = labels.shape
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(rows))[None, :]
-    kept = (k < cells.count[:, None]) & ~reversed_
-    count = xp.sum(xp.astype(kept, cells.count.dtype), axis=1)
-    labels = _compat.first_columns(xp, kept, cells.labels, cap, -1)
+    kept = (k < count[:, None]) & ~reversed_
+    count = xp.sum(xp.astype(kept, count.dtype), axis=1)
+    labels = _compat.first_columns(xp, kept, labels, cap, -1)
     normal, offset = _lines(xp, seeds, psi, lo, hi, rows, labels)
-    verts, ok, _ = _polygons(xp, seeds, active, lo, hi, rows, normal, offset, count, cells.vertices)
-    return cells._replace(vertices=verts, labels=labels, count=count), ok
+    verts, ok, _ = _polygons(xp, seeds, active, lo, hi, rows, normal, offset, count, vertices)
+    return verts, labels, count, ok
 
 
 def _polygons(xp, seeds, active, lo, hi, rows, normal, offset, count, old_vertices):

@@ -185,12 +185,11 @@ def _best_cutter(xp, planes, seed_scale, u, row, cand):
     own = xp.take(planes, row, axis=0)
     v = u + own[:, :2]
     f_own = v[:, 0] * own[:, 0] + v[:, 1] * own[:, 1] + own[:, 2]
-    s = v[:, None, 0] * c[..., 0] + v[:, None, 1] * c[..., 1] + c[..., 2] - f_own[:, None]
+    f = xp.where(ok, v[:, None, 0] * c[..., 0] + v[:, None, 1] * c[..., 1] + c[..., 2], -xp.inf)
+    best = xp.argmax(f, axis=1)[:, None]
     scale = seed_scale * (xp.abs(v[:, 0]) + xp.abs(v[:, 1])) + xp.abs(f_own)
-    s = xp.where(ok, s, -xp.inf) - (64.0 * xp.finfo(u.dtype).eps * scale)[:, None]
-    best = xp.argmax(s, axis=1)
-    found = xp.max(s, axis=1) > 0
-    return xp.where(found, xp.take_along_axis(cand, best[:, None], axis=1)[:, 0], -1)
+    found = xp.take_along_axis(f, best, axis=1)[:, 0] > f_own + 64.0 * xp.finfo(u.dtype).eps * scale
+    return xp.where(found, xp.take_along_axis(cand, best, axis=1)[:, 0], -1)
 
 
 def exact_cutters(xp, seeds, psi, active, cells, rows):
