@@ -111,7 +111,7 @@ def _jax_solve_plan():
     import jax
 
     def run(prob, tol, max_iter, log, capacity):
-        return plan.solve_plan(aac.array_namespace(prob.seeds), prob, tol, max_iter, log, capacity)
+        return plan.solve_plan(_driver.namespace(prob.seeds), prob, tol, max_iter, log, capacity)
     return jax.jit(run, static_argnames=("tol", "max_iter", "log", "capacity"))
 
 

@@ -15,6 +15,8 @@ import warnings
 import array_api_compat as aac
 import numpy as np
 
+from ._core._compat import namespace as namespace_of
+
 __all__ = ["Driver", "driver", "to_array", "namespace", "compute_dtype",
            "device_of", "is_tracer", "convert_like"]
 
@@ -200,7 +202,7 @@ def namespace(*arrays):
         raise TypeError("sdot cannot mix torch tensors and JAX arrays in one call: "
                         "convert the inputs to one framework (torch or JAX)")
     try:
-        return aac.array_namespace(*arrays)
+        return namespace_of(*arrays)
     except TypeError as err:
         kinds = sorted({type(a).__module__.split(".")[0] for a in arrays})
         raise TypeError(f"sdot cannot mix arrays of {' and '.join(kinds)} in one call") from err

@@ -30,3 +30,29 @@ def test_first_columns_keeps_the_kept_entries_of_each_row_in_order(backend, widt
     out = backend.run(lambda k, v: _compat.first_columns(xp, k, v, width, -1),
                       backend.asarray(keep, bool), backend.asarray(values, np.int64))
     np.testing.assert_array_equal(backend.to_numpy(out), expected)
+
+
+def test_torch_namespace_calls_torch_directly():
+    """On torch the solver's namespace has direct ``take``, ``take_along_axis`` and
+    ``where`` that give array_api_compat's results (``where`` promotes mixed dtypes
+    like it); every other name is array_api_compat's; other frameworks get theirs."""
+    import array_api_compat as aac
+    torch = pytest.importorskip("torch")
+
+    x = torch.arange(12, dtype=torch.float64).reshape(4, 3)
+    base, xp = aac.array_namespace(x), _compat.namespace(x)
+    assert xp is not base and xp.sum is base.sum and xp.__name__ == base.__name__
+    assert xp.take is not base.take and xp.where is not base.where
+    idx = torch.tensor([3, 0, 0, 2])
+    cols = torch.tensor([[2, 0], [1, 1], [0, 2], [2, 2]])
+    cond = torch.tensor([[True, False, True]] * 4)
+    single = torch.ones((4, 3), dtype=torch.float32)
+    pairs = [(xp.take(x, idx, axis=0), base.take(x, idx, axis=0)),
+             (xp.take(x[:, 0], idx), base.take(x[:, 0], idx)),
+             (xp.take_along_axis(x, cols, axis=1), base.take_along_axis(x, cols, axis=1)),
+             (xp.where(cond, x, -1.0), base.where(cond, x, -1.0)),
+             (xp.where(cond, x, 2 * x), base.where(cond, x, 2 * x)),
+             (xp.where(cond, single, x), base.where(cond, single, x))]
+    for got, expected in pairs:
+        assert got.dtype == expected.dtype and torch.equal(got, expected)
+    assert _compat.namespace(np.zeros(3)) is aac.array_namespace(np.zeros(3))

@@ -55,7 +55,7 @@ def box_cells(xp, seeds, lo, hi, active, capacity: int):
 
 def gather(x, idx):
     """``x[r, idx[r, ...]]`` row by row (``x`` of shape (n, V) or (n, V, 2))."""
-    xp = aac.array_namespace(x)
+    xp = _compat.namespace(x)
     if x.ndim == 3:
         flat = xp.reshape(idx, (idx.shape[0], -1))
         out = xp.stack([xp.take_along_axis(x[..., c], flat, axis=1) for c in range(x.shape[2])], axis=-1)

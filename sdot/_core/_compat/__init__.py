@@ -12,18 +12,20 @@ This is the only package of ``sdot._core`` that may import a framework:
 - :mod:`.arrays`: scatter-add, row gathers and writes, sizes;
 - :mod:`.control`: loops and conditionals that trace, jitted kernels, blocks on threads;
 - :mod:`.triangulation`: nearest neighbours, Delaunay and regular triangulations;
-- :mod:`.linalg`: the sparse SPD solve of the Newton step.
+- :mod:`.linalg`: the sparse SPD solve of the Newton step;
+- :mod:`.namespaces`: the namespace the solver computes with.
 """
 from .arrays import (bucket, capacity, column, dot, first_columns, flat_take, hits, put_rows, segment_sum, select,
                      set_rows, tree_where, true_entries)
 from .control import blockwise, cond, fori_loop, jit_on_jax, slotwise, while_loop
 from .host import host_any, host_call, host_share, is_traced, to_host, to_int
 from .linalg import conjugate_gradient, solve_laplacian
+from .namespaces import namespace
 from .triangulation import delaunay_neighbours, knn, nearest, regular_neighbours, regular_rings
 
 __all__ = [
     "segment_sum", "while_loop", "fori_loop", "cond", "tree_where", "column", "to_int", "to_host", "host_call",
     "is_traced", "host_any", "host_share", "bucket", "capacity", "set_rows", "jit_on_jax", "knn", "nearest",
     "delaunay_neighbours", "regular_neighbours", "regular_rings", "solve_laplacian", "conjugate_gradient",
-    "dot", "first_columns", "flat_take", "blockwise", "slotwise", "select", "true_entries", "put_rows", "hits",
+    "namespace", "dot", "first_columns", "flat_take", "blockwise", "slotwise", "select", "true_entries", "put_rows", "hits",
 ]

@@ -4,6 +4,8 @@ from __future__ import annotations
 import array_api_compat as aac
 import numpy as np
 
+from .namespaces import namespace
+
 
 def bucket(size: int, like) -> int:
     """Array size to allocate for ``size`` items.
@@ -26,7 +28,7 @@ def capacity(xp, total, like, limit=None) -> int:
 
 def flat_take(x, idx):
     """Gather rows ``x[idx]`` along axis 0 with an integer index array of any shape."""
-    xp = aac.array_namespace(x)
+    xp = namespace(x)
     flat = xp.reshape(idx, (-1,))
     out = xp.take(x, flat, axis=0)
     return xp.reshape(out, tuple(idx.shape) + tuple(x.shape[1:]))
