@@ -155,7 +155,8 @@ def _rings(p, psi, active, stop_if_hidden=False):
 
 def _tiles(p, active):
     """Tiles of the ``active`` points: ``(members, own)`` per tile, the points it
-    triangulates and which of them are its own (each active point in one tile)."""
+    triangulates and which of them are its own (each active point in one tile, each
+    tile with at least one)."""
     keep = np.flatnonzero(active)
     x, y = p[:, 0], p[:, 1]
     low, high = p[keep].min(axis=0), p[keep].max(axis=0)
@@ -180,7 +181,9 @@ def _tiles(p, active):
         for t in range(per_slab):
             members = near[((y[near] >= bounds[t] - depth) & (y[near] <= bounds[t + 1] + depth))
                            | (owner[near] == s * per_slab + t)]
-            out.append((members, owner[members] == s * per_slab + t))
+            own = owner[members] == s * per_slab + t
+            if own.any():                  # (ties in y can leave a tile without points)
+                out.append((members, own))
     return out
 
 
