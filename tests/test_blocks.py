@@ -5,7 +5,7 @@ would not show a wrong block: the repair heals the cells.)"""
 import numpy as np
 import pytest
 
-from sdot._core import _compat, geometry, integrate, kinetic, newton, polygons, repair
+from sdot._core import _compat, geometry, hiding, integrate, kinetic, newton, polygons, repair
 
 
 def kernels(xp, b):
@@ -27,7 +27,7 @@ def kernels(xp, b):
                                                               lo, hi)
     _, cols, weights, diag, _ = newton._laplacian(xp, seeds, before, facet, active, moments[:, 0])
     return dict(cols=cols, weights=weights, diag=diag,
-                hiding=kinetic.hiding_step(xp, seeds, psi0, psi1 - psi0, active, before),
+                hiding=hiding.hiding_step(xp, seeds, psi0, psi1 - psi0, active, before),
                 vertices=moved.vertices, ok=ok, flipped=flipped,
                 flips=kinetic.flip_partners(xp, before.labels, before.count, flipped, 4),
                 cutters=repair.local_cutters(xp, seeds, psi1, active, moved, rows, table),

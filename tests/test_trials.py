@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import sdot
-from sdot._core import geometry, integrate, kinetic, newton
+from sdot._core import geometry, hiding, integrate, kinetic, newton
 from sdot._core._compat import linalg
 
 DATA = Path(__file__).parent / "data"
@@ -98,25 +98,25 @@ def test_first_trials_stay_below_the_hiding_step(name, sdot_driver, monkeypatch)
 
     backend = Backend(name)
     sdot_driver.framework = backend.framework
-    hiding, steps = [], []
-    step_of, solve = kinetic.hiding_step, newton.solve
+    limits, steps = [], []
+    step_of, solve = hiding.hiding_step, newton.solve
 
     def hiding_step(*args):
         out = step_of(*args)
-        hiding.append(float(backend.to_numpy(out)))
+        limits.append(float(backend.to_numpy(out)))
         return out
-    monkeypatch.setattr(kinetic, "hiding_step", hiding_step)
+    monkeypatch.setattr(hiding, "hiding_step", hiding_step)
     monkeypatch.setattr(newton, "solve", lambda *a, **k: solve(
         *a, **dict(k, log=lambda it, err, t: steps.append(float(backend.to_numpy(t))))))
     calls, runs = [], {}
     counted(monkeypatch, calls, newton, "evaluate")
     for margin in (np.inf, newton.HIDING_MARGIN):
-        calls.clear(), hiding.clear(), steps.clear()
+        calls.clear(), limits.clear(), steps.clear()
         monkeypatch.setattr(newton, "HIDING_MARGIN", margin)
         plan = gaussian_plan(backend, 1000, monkeypatch)
         assert bool(plan.converged)
         runs[margin] = (int(plan.iterations), len(calls))
-    assert len(hiding) == len(steps) - 1 == int(plan.iterations)
-    assert all(t <= newton.HIDING_MARGIN * h for t, h in zip(steps[1:], hiding))
+    assert len(limits) == len(steps) - 1 == int(plan.iterations)
+    assert all(t <= newton.HIDING_MARGIN * h for t, h in zip(steps[1:], limits))
     assert runs[newton.HIDING_MARGIN][0] <= runs[np.inf][0]
     assert runs[newton.HIDING_MARGIN][1] < runs[np.inf][1], runs

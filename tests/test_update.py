@@ -6,7 +6,7 @@ Ground truth: the Laguerre cells of scipy's half-space intersections
 import numpy as np
 import pytest
 
-from sdot._core import geometry, kinetic
+from sdot._core import geometry, hiding, kinetic
 from test_power_diagram import reference_cell
 
 LO, HI = np.zeros(2), np.ones(2)
@@ -257,7 +257,7 @@ def hiding_step_at(backend, seeds, psi, d, previous):
     xp, n = backend.xp, len(seeds)
 
     def run(y, w, d, previous):
-        return kinetic.hiding_step(xp, y, w, d, xp.ones((n,), dtype=xp.bool), previous)
+        return hiding.hiding_step(xp, y, w, d, xp.ones((n,), dtype=xp.bool), previous)
     args = (backend.asarray(a) for a in (seeds, psi, d))
     return float(backend.to_numpy(backend.run(run, *args, previous)))
 

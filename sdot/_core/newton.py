@@ -10,7 +10,7 @@ at least ``eps0 = min(min m, min G(psi_0)) / 2`` and
 not 1 but ``min(1, 4 t)`` of the last step's, ``min(1, 1.5 t)`` if the last step
 was damped (where steps must be damped they stay damped for a while), and at most
 :data:`HIDING_MARGIN` times the ``t`` at which a seed is certainly hidden
-(:func:`.kinetic.hiding_step`, from the fans of the current neighbours): every
+(:func:`.hiding.hiding_step`, from the fans of the current neighbours): every
 rejected trial measured had an empty cell, and each costs a diagram. Measured on a
 Gaussian image at 1e5 (4 point sets): 11 to 13 steps and 14 to 20 diagrams, against
 12 to 14 steps and 21 to 25 diagrams by halving from ``min(1, 4 t)`` alone.
@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, geometry, integrate, kinetic
+from . import _compat, geometry, hiding, integrate
 
 REGULARISATION = 1e-9
 #: The first damping trial of a step is ``min(1, GROWTH * t)``, ``t`` that of the last
@@ -105,7 +105,7 @@ def evaluate(xp, prob, psi, active, candidates=None, capacity=geometry.CAPACITY,
     :func:`_accept` rejects unless its cells are certified and none is empty. Eagerly,
     as soon as the update (or the rebuild) finds an active cell empty, the diagram is
     abandoned: uncertified cells, zero moments. (The damping's trials stay below the
-    ``t`` at which :func:`.kinetic.hiding_step` proves a seed hidden.)
+    ``t`` at which :func:`.hiding.hiding_step` proves a seed hidden.)
     """
     stop = trial is not None and _compat.host_any(xp, trial)
     cells = geometry.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi, candidates, capacity,
@@ -258,8 +258,8 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
         psi, ev, it, err, first = state
         _, norm0 = error(ev.moments)
         d = newton_direction(xp, prob, ev, active, targets - ev.moments[:, 0], _linear_rtol(xp, tol, norm0))
-        hiding = kinetic.hiding_step(xp, prob.seeds, psi, d, active, ev.cells)
-        psi, ev, err, t = damped_step(psi, ev, d, norm0, xp.minimum(first, HIDING_MARGIN * hiding))
+        hidden_at = hiding.hiding_step(xp, prob.seeds, psi, d, active, ev.cells)
+        psi, ev, err, t = damped_step(psi, ev, d, norm0, xp.minimum(first, HIDING_MARGIN * hidden_at))
         if log is not None:
             _compat.host_call(log, it + 1, err, t)
         first = xp.minimum(xp.where(t < first, DAMPED_GROWTH * t, GROWTH * t), 1.0)   # the next step's
