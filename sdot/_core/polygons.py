@@ -156,12 +156,22 @@ def clip_by(xp, seeds, psi, active, cells, rows, candidates):
     return Cells(*fields, cells.certified)
 
 
+#: Rows of an eager clipping block up to which every row is clipped by every column, without
+#: first finding the rows a column cuts (each column cost about 1.2 ms of operations on
+#: torch, whatever the rows). Measured, median of 5 solves: torch box 1e3 0.182 -> 0.173 s,
+#: Gaussian 1e3 0.323 -> 0.314 s; numpy box 1e4 0.463 -> 0.422 s.
+FEW_ROWS = 256
+
+
 def _clip_block(xp, seeds, psi, active, cells, rows, candidates):
     """Eager :func:`clip_by` of a block: ``(vertices, labels, count, overflow)``."""
     cells = take_rows(xp, cells, xp.arange(rows.shape[0], dtype=xp.int64,
                                             device=aac.device(rows)))      # own copy, written in place
     for c in range(candidates.shape[1]):
         j = candidates[:, c]
+        if rows.shape[0] <= FEW_ROWS:               # clipping them all costs less than finding the cut ones
+            cells = _clip_column(xp, seeds, psi, active, cells, rows, j)
+            continue
         hit = _compat.blockwise(xp, lambda *a: _cut_rows(xp, seeds, psi, active, *a),
                                 cells.vertices, cells.count, rows, j)
         if not _compat.host_any(xp, hit):
