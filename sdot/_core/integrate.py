@@ -30,6 +30,7 @@ from typing import NamedTuple
 import array_api_compat as aac
 
 from . import _compat
+from .polygons import gather
 
 _GAUSS = (0.5 - 0.5 / math.sqrt(3.0), 0.5 + 0.5 / math.sqrt(3.0))
 
@@ -231,10 +232,10 @@ def _uniform_integrals(xp, seeds, vertices, count, density, lo, hi):
     n, cap, _ = vertices.shape
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(count))[None, :]
     valid = k < count[:, None]
-    a = _clamp(xp, vertices, (lo - seeds)[:, None, :], (hi - seeds)[:, None, :])
+    low, high = lo - seeds, hi - seeds      # the box, per coordinate: (n, 1) bounds clamp fast
+    ax, ay = (_clamp(xp, vertices[..., i], low[:, i:i + 1], high[:, i:i + 1]) for i in range(2))
     nxt = (k + 1) % xp.maximum(count, 1)[:, None]
-    b = xp.stack([xp.take_along_axis(a[..., i], nxt, axis=1) for i in range(2)], axis=-1)
-    ax, ay, bx, by = a[..., 0], a[..., 1], b[..., 0], b[..., 1]
+    bx, by = gather(ax, nxt), gather(ay, nxt)
     c = xp.reshape(density, (1,))
     w = xp.where(valid, ax * by - ay * bx, 0.0)
     moments = [xp.sum(w, axis=1) / 2.0, xp.sum(w * (ax + bx), axis=1) / 6.0,

@@ -246,11 +246,6 @@ def _clip_rows(xp, seeds, psi, active, cells, rows, cut):
         pick, _ = _compat.true_entries(xp, has)
         rows, cut = xp.take(rows, pick), xp.take(cut, pick, axis=0)
         width = max(_compat.to_int(xp.max(xp.sum(xp.astype(cut >= 0, xp.int64), axis=1))), 1)
-    sub = clip_by(xp, seeds, psi, active, pg.take_rows(xp, cells, rows), rows, _first_columns(xp, cut, width))
+    first = _compat.first_columns(xp, cut >= 0, cut, width, -1)      # the cutters of each row first
+    sub = clip_by(xp, seeds, psi, active, pg.take_rows(xp, cells, rows), rows, first)
     return pg.put_rows(xp, cells, rows, sub)      # the cells being repaired are the solver's own
-
-
-@_compat.jit_on_jax("width")
-def _first_columns(xp, cut, width: int):
-    """The non-negative entries of each row of ``cut`` first, ``width`` columns."""
-    return _compat.first_columns(xp, cut >= 0, cut, width, -1)

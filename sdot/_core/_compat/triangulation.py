@@ -131,10 +131,9 @@ def _rings(p, psi, active, stop_if_hidden=False):
         return _rings_of(p, psi, active, stop_if_hidden)
     n = len(p)
     tiles = _tiles(p, active)
-    every = np.ones(n, bool)
 
     def triangulate(members):
-        found = _rings_of(p[members], psi[members], every[:members.size], stop_if_hidden)
+        found = _rings_of(p[members], psi[members], np.ones(members.size, bool), stop_if_hidden)
         if found is None:
             return None
         lab, count, closed = found
