@@ -191,7 +191,7 @@ def test_rings_in_tiles_are_the_whole_rings_away_from_the_hull(monkeypatch, n, s
         p, w, act, stop))
     tiled = triangulation._rings(seeds, psi, active)
     assert len(tiles) >= 6 and max(tiles) < 0.5 * active.sum()       # proper tiles
-    owners = sum(np.bincount(members[own], minlength=n) for members, own in triangulation._tiles(seeds, active))
+    owners = sum(np.bincount(members[own], minlength=n) for members, own in triangulation._tiles(seeds, active, 6))
     assert np.array_equal(owners, active.astype(int))
     assert spread == 0 or np.any(active & (whole[1] == 0))
     width = max(whole[0].shape[1], tiled[0].shape[1])
@@ -203,6 +203,28 @@ def test_rings_in_tiles_are_the_whole_rings_away_from_the_hull(monkeypatch, n, s
     assert differ.sum() <= 0.005 * n
     spacing = 1.0 / np.sqrt(n)
     assert np.all(np.minimum(seeds, 1 - seeds)[differ].min(axis=1) < 0.3 * spacing), "only on the hull"
+
+
+@pytest.mark.parametrize("n, in_tiles", [(3999, False), (4000, True)])
+def test_rings_take_a_tile_per_thread_from_enough_points(monkeypatch, n, in_tiles):
+    """Qhull releases the GIL: from TILED_FROM active points the rings are triangulated in
+    at least one tile per thread (here 3), below in one piece; each point's ring is the
+    whole triangulation's away from the hull."""
+    from sdot._core._compat import triangulation
+
+    seeds = np.random.default_rng(1).random((n, 2))
+    active = np.ones(n, bool)
+    whole = triangulation._rings_of(seeds, np.zeros(n), active)
+    sizes = []
+    rings_of = triangulation._rings_of
+    monkeypatch.setattr(triangulation, "THREADS", 3)
+    monkeypatch.setattr(triangulation, "_rings_of", lambda p, w, act, stop: sizes.append(act.sum()) or rings_of(
+        p, w, act, stop))
+    tiled = triangulation._rings(seeds, np.zeros(n), active)
+    assert (len(sizes) >= 3 and max(sizes) < 0.5 * n) if in_tiles else sizes == [n]
+    width = max(whole[0].shape[1], tiled[0].shape[1])
+    differ = np.any(_padded(whole[0], width) != _padded(tiled[0], width), axis=1)
+    assert np.all(np.minimum(seeds, 1 - seeds)[differ].min(axis=1) < 0.3 / np.sqrt(n)), "only on the hull"
 
 
 def _padded(labels, width):
