@@ -127,8 +127,8 @@ def local_cutters(xp, seeds, psi, active, cells, rows, table):
         sub = pg.take_rows(xp, cells, rows)
         incoming, outgoing, valid = _vertex_neighbours(xp, sub.labels, sub.count)
         return _per_vertex(xp, sub, rows, valid, lambda u, row, idx: _best_cutter(
-            xp, *planes, u, row, xp.concat([_compat.flat_take(table, xp.take(incoming, idx)),
-                                            _compat.flat_take(table, xp.take(outgoing, idx))], axis=1)))
+            xp, *planes, u, row, xp.reshape(_compat.flat_take(table, xp.stack(
+                [xp.take(incoming, idx), xp.take(outgoing, idx)], axis=1)), (idx.shape[0], -1))))
     return _compat.blockwise(xp, block, rows)
 
 
@@ -165,10 +165,14 @@ def _per_vertex(xp, cells, rows, valid, find):
 @_compat.jit_on_jax()
 def _planes(xp, seeds, psi, active):
     """The planes ``f_j(v) = v . y_j + h_j``, ``h_j = (psi_j - |y_j|^2) / 2`` (-inf if
-    inactive), as rows ``(y_j, h_j)`` (n, 3), and ``max |y_j|`` (the rounding scale):
-    :func:`_best_cutter`'s per-seed data, computed once per search, not per block."""
+    inactive), as columns ``(y_j1, y_j2, h_j)`` of ``n + 1`` entries (the last, ``f =
+    -inf``, for padding), and ``max |y_j|`` (the rounding scale): :func:`_best_cutter`'s
+    per-seed data, computed once per search, not per block."""
+    dev = aac.device(seeds)
     h = xp.where(active, 0.5 * (psi - _compat.dot(seeds, seeds)), -xp.inf)
-    return xp.concat([seeds, h[:, None]], axis=1), xp.max(xp.abs(seeds))
+    pad = xp.zeros((1,), dtype=seeds.dtype, device=dev)
+    columns = (xp.concat([seeds[:, 0], pad]), xp.concat([seeds[:, 1], pad]), xp.concat([h, pad - xp.inf]))
+    return columns, xp.max(xp.abs(seeds))
 
 
 @_compat.jit_on_jax()
@@ -177,17 +181,17 @@ def _best_cutter(xp, planes, seed_scale, u, row, cand):
     ``cand`` (P, C) (-1: none) of least power if it is below the cell's own, else -1.
 
     With ``v = y_row + u`` and the ``planes`` ``f_j(v) = v . y_j + h_j`` (see
-    :func:`_planes`), ``power_row(v) - power_j(v) = 2 (f_j(v) - f_row(v))``: one gather
-    of ``(y_j, h_j)`` per candidate.
+    :func:`_planes`), ``power_row(v) - power_j(v) = 2 (f_j(v) - f_row(v))``: a gather of
+    each column per candidate (contiguous, unlike a gather of rows). The cell's own
+    seed among the candidates gives ``f_row(v)``, not above it.
     """
-    ok = (cand >= 0) & (cand != row[:, None])
-    c = _compat.flat_take(planes, xp.where(ok, cand, 0))               # (P, C, 3)
-    own = xp.take(planes, row, axis=0)
-    v = u + own[:, :2]
-    f_own = v[:, 0] * own[:, 0] + v[:, 1] * own[:, 1] + own[:, 2]
-    f = xp.where(ok, v[:, None, 0] * c[..., 0] + v[:, None, 1] * c[..., 1] + c[..., 2], -xp.inf)
+    px, py, ph = planes
+    c = xp.where(cand >= 0, cand, px.shape[0] - 1)                    # padding: f = -inf
+    ox, oy = xp.take(px, row) + u[:, 0], xp.take(py, row) + u[:, 1]   # v
+    f_own = ox * xp.take(px, row) + oy * xp.take(py, row) + xp.take(ph, row)
+    f = ox[:, None] * _compat.flat_take(px, c) + oy[:, None] * _compat.flat_take(py, c) + _compat.flat_take(ph, c)
     best = xp.argmax(f, axis=1)[:, None]
-    scale = seed_scale * (xp.abs(v[:, 0]) + xp.abs(v[:, 1])) + xp.abs(f_own)
+    scale = seed_scale * (xp.abs(ox) + xp.abs(oy)) + xp.abs(f_own)
     found = xp.take_along_axis(f, best, axis=1)[:, 0] > f_own + 64.0 * xp.finfo(u.dtype).eps * scale
     return xp.where(found, xp.take_along_axis(cand, best, axis=1)[:, 0], -1)
 
