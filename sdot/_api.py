@@ -166,16 +166,21 @@ def _solve(xp, prob, tol, max_iter, log, nan_on_failure):
                 break
             capacity *= 2
     else:
-        res = plan.solve_plan(xp, cut, tol, max_iter, log=log)
+        with _autodiff.without_autodiff(xp):
+            res = plan.solve_plan(xp, cut, tol, max_iter, log=log)
+        res.update({k: _autodiff.released(res[k]) for k in _PLAN_ARRAYS + ("distance",)})
     distance = _autodiff.attach(res["distance"], (prob.seeds, prob.masses, prob.density),
                                 (cut.lo, cut.hi, res["state"]), _gradients)
     if nan_on_failure and _driver.is_tracer(res["converged"]):
         distance = xp.where(res["converged"], distance, xp.nan)
     sol = res["solution"]
-    diagram = PowerDiagram._from_solution(cut, sol.psi, sol.evaluation.cells,
+    diagram = PowerDiagram._from_solution(cut, _autodiff.released(sol.psi), sol.evaluation.cells,
                                           sol.evaluation.moments, res["active"])
-    return OtPlan(distance=distance, power_diagram=diagram, **{k: res[k] for k in (
-        "barycenters", "cell_masses", "brenier_potential", "converged", "iterations", "residual")})
+    return OtPlan(distance=distance, power_diagram=diagram, **{k: res[k] for k in _PLAN_ARRAYS})
+
+
+#: The arrays of an :class:`OtPlan` besides the distance and the diagram.
+_PLAN_ARRAYS = ("barycenters", "cell_masses", "brenier_potential", "converged", "iterations", "residual")
 
 
 def _gradients(inputs, state, needs):

@@ -152,6 +152,27 @@ def test_torch_subset_of_inputs_and_autograd_grad():
     np.testing.assert_allclose(gx.numpy(), full[0].numpy(), atol=1e-12)
 
 
+def test_torch_plan_tensors_are_ordinary_tensors():
+    """The solve runs under torch.inference_mode, but what users get are ordinary tensors:
+    modifiable in place, usable by autograd (a loss of the barycentres and weights),
+    and the distance keeps its gradient, also when called under inference_mode."""
+    x, w, img = problem(5)
+    xt = torch.tensor(x, requires_grad=True)
+    plan = sdot.optimal_transport_plan(sdot.SumOfWeightedDiracs(xt, w), sdot.Grid(img))
+    arrays = [plan.distance, plan.barycenters, plan.cell_masses, plan.brenier_potential, plan.residual,
+              plan.iterations, plan.converged, plan.power_diagram.weights]
+    assert not any(a.is_inference() for a in arrays)
+    scale = torch.ones((), dtype=torch.float64, requires_grad=True)
+    loss = plan.distance + (scale * plan.barycenters).sum() + (scale * plan.brenier_potential).sum()
+    loss.backward()
+    assert xt.grad is not None and scale.grad is not None
+    plan.brenier_potential += 1.0
+    plan.barycenters[0, 0] = 0.0
+    with torch.inference_mode():
+        inner = sdot.distance(sdot.SumOfWeightedDiracs(torch.tensor(x), w), sdot.Grid(img))
+    assert float(inner) == pytest.approx(float(plan.distance.detach()), rel=1e-12)
+
+
 def test_jax_jit_value_and_grad_and_jacfwd(monkeypatch):
     """Jitted, eager and forward-mode give the same value and gradient to 1e-12, each
     solve starting without kept LU factors (old factors precondition the Newton
