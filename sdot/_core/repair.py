@@ -187,11 +187,12 @@ def _best_cutter(xp, planes, seed_scale, u, row, cand):
     """
     px, py, ph = planes
     c = xp.where(cand >= 0, cand, px.shape[0] - 1)                    # padding: f = -inf
-    ox, oy = xp.take(px, row) + u[:, 0], xp.take(py, row) + u[:, 1]   # v
-    f_own = ox * xp.take(px, row) + oy * xp.take(py, row) + xp.take(ph, row)
-    f = ox[:, None] * _compat.flat_take(px, c) + oy[:, None] * _compat.flat_take(py, c) + _compat.flat_take(ph, c)
+    yx, yy = xp.take(px, row), xp.take(py, row)
+    vx, vy = yx + u[:, 0], yy + u[:, 1]
+    f_own = vx * yx + vy * yy + xp.take(ph, row)
+    f = vx[:, None] * _compat.flat_take(px, c) + vy[:, None] * _compat.flat_take(py, c) + _compat.flat_take(ph, c)
     best = xp.argmax(f, axis=1)[:, None]
-    scale = seed_scale * (xp.abs(ox) + xp.abs(oy)) + xp.abs(f_own)
+    scale = seed_scale * (xp.abs(vx) + xp.abs(vy)) + xp.abs(f_own)
     found = xp.take_along_axis(f, best, axis=1)[:, 0] > f_own + 64.0 * xp.finfo(u.dtype).eps * scale
     return xp.where(found, xp.take_along_axis(cand, best, axis=1)[:, 0], -1)
 

@@ -132,11 +132,11 @@ def _rings(p, psi, active, stop_if_hidden=False):
     (the lower hull of more points is lower): it gets count 0.
     """
     keep = np.flatnonzero(active)
-    count = max(-(-keep.size // TILE_POINTS), THREADS if keep.size >= TILED_FROM else 1)
-    if count < 2 or p.shape[1] != 2:
+    pieces = max(-(-keep.size // TILE_POINTS), THREADS if keep.size >= TILED_FROM else 1)
+    if pieces < 2 or p.shape[1] != 2:
         return _rings_of(p, psi, active, stop_if_hidden)
     n = len(p)
-    tiles = _tiles(p, active, count)
+    tiles = _tiles(p, active, pieces)
 
     def triangulate(members):
         found = _rings_of(p[members], psi[members], np.ones(members.size, bool), stop_if_hidden)
