@@ -56,3 +56,31 @@ def test_torch_namespace_calls_torch_directly():
     for got, expected in pairs:
         assert got.dtype == expected.dtype and torch.equal(got, expected)
     assert _compat.namespace(np.zeros(3)) is aac.array_namespace(np.zeros(3))
+
+
+def test_torch_namespace_extrema_any_and_reshape_match_array_api_compat():
+    """The direct ``maximum``/``minimum`` (tensors of one dtype, a clamp by a scalar of the
+    tensor's kind, NaN kept), ``any`` and ``reshape`` give array_api_compat's values and
+    dtypes, also in the cases they hand to it (mixed dtypes, a float scalar with an integer
+    tensor, ``keepdims`` without an axis, non-boolean ``any``, ``copy=True``)."""
+    import array_api_compat as aac
+    torch = pytest.importorskip("torch")
+
+    f = torch.tensor([[0.5, float("nan"), -2.0], [3.0, 1.0, 0.0]], dtype=torch.float64)
+    i = torch.tensor([[4, -1, 0], [2, 7, 1]])
+    b = torch.tensor([[True, False, False], [False, False, False]])
+    base, xp = aac.array_namespace(f), _compat.namespace(f)
+    assert all(getattr(xp, name) is not getattr(base, name) for name in ("maximum", "minimum", "any", "reshape"))
+    for name in ("maximum", "minimum"):
+        for x1, x2 in [(f, 1.0), (1.0, f), (f, 1), (i, 1), (1, i), (i, 2.5), (f, f.flip(0)),
+                       (i, i.flip(1)), (f, f.to(torch.float32)), (i, f)]:
+            got, expected = getattr(xp, name)(x1, x2), getattr(base, name)(x1, x2)
+            assert got.dtype == expected.dtype and torch.equal(got.isnan(), expected.isnan())
+            assert torch.equal(torch.nan_to_num(got), torch.nan_to_num(expected)), (name, x1, x2)
+    for x in (b, i):
+        for kwargs in ({}, {"axis": 1}, {"axis": 0, "keepdims": True}, {"keepdims": True}):
+            got, expected = xp.any(x, **kwargs), base.any(x, **kwargs)
+            assert got.dtype == expected.dtype == torch.bool and torch.equal(got, expected)
+    view, copied = xp.reshape(f, (3, 2)), xp.reshape(f, (3, 2), copy=True)
+    assert view.data_ptr() == f.data_ptr() and copied.data_ptr() != f.data_ptr()
+    assert torch.equal(torch.nan_to_num(view), torch.nan_to_num(base.reshape(f, (3, 2))))
