@@ -72,7 +72,7 @@ def test_torch_namespace_extrema_any_and_reshape_match_array_api_compat():
     base, xp = aac.array_namespace(f), _compat.namespace(f)
     assert all(getattr(xp, name) is not getattr(base, name) for name in ("maximum", "minimum", "any", "reshape"))
     for name in ("maximum", "minimum"):
-        for x1, x2 in [(f, 1.0), (1.0, f), (f, 1), (i, 1), (1, i), (i, 2.5), (f, f.flip(0)),
+        for x1, x2 in [(f, 1.0), (1.0, f), (f, 1), (i, 1), (1, i), (i, 2.5), (b, 1), (f, f.flip(0)),
                        (i, i.flip(1)), (f, f.to(torch.float32)), (i, f)]:
             got, expected = getattr(xp, name)(x1, x2), getattr(base, name)(x1, x2)
             assert got.dtype == expected.dtype and torch.equal(got.isnan(), expected.isnan())

@@ -82,7 +82,7 @@ class _TorchDirect:
             if isinstance(x2, torch.Tensor):
                 if x1.dtype == x2.dtype:
                     return torch.maximum(x1, x2) if bound == "min" else torch.minimum(x1, x2)
-            elif isinstance(x2, int) and not isinstance(x2, bool) or (
+            elif (isinstance(x2, int) and not isinstance(x2, bool)) or (
                     isinstance(x2, float) and x1.is_floating_point()):
                 return torch.clamp(x1, **{bound: x2})
         return fallback(x1, x2)
