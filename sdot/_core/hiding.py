@@ -67,4 +67,4 @@ def _fan_step(xp, seeds, psi, d, active, rows, labels, count):
     slope = la * dza + lb * dz[:, :-1] + lc * dz[:, 1:] - xp.take(d, rows)[:, None]
     hits = inside & (slope > 0) & (gap < 0)
     t = xp.where(hits, -gap / xp.where(hits, slope, 1.0), xp.inf)
-    return xp.where(xp.take(active, rows), xp.min(t, axis=1), xp.inf)
+    return xp.where(xp.take(active, rows), _compat.row_min(xp, t), xp.inf)

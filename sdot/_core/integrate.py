@@ -238,9 +238,9 @@ def _uniform_integrals(xp, seeds, vertices, count, density, lo, hi):
     bx, by = gather(ax, nxt), gather(ay, nxt)
     c = xp.reshape(density, (1,))
     w = xp.where(valid, ax * by - ay * bx, 0.0)
-    moments = [xp.sum(w, axis=1) / 2.0, xp.sum(w * (ax + bx), axis=1) / 6.0,
-               xp.sum(w * (ay + by), axis=1) / 6.0,
-               xp.sum(w * (ax * (ax + bx) + bx * bx + ay * (ay + by) + by * by), axis=1) / 12.0]
+    total = lambda a: _compat.row_sum(xp, a)
+    moments = [total(w) / 2.0, total(w * (ax + bx)) / 6.0, total(w * (ay + by)) / 6.0,
+               total(w * (ax * (ax + bx) + bx * bx + ay * (ay + by) + by * by)) / 12.0]
     dx, dy = bx - ax, by - ay
     return c * xp.stack(moments, axis=1), c * xp.where(valid, xp.sqrt(dx * dx + dy * dy), 0.0)
 

@@ -217,8 +217,8 @@ def _polygons(xp, seeds, active, lo, hi, rows, normal, offset, count, old_vertic
     safe = xp.where(det > 0, det, 1.0)
     vx = (o_a * normal[..., 1] - offset * n_a[..., 1]) / safe
     vy = (n_a[..., 0] * offset - normal[..., 0] * o_a) / safe
-    verts = xp.where(valid[..., None], xp.stack([vx, vy], axis=-1), old_vertices)
-    scale = xp.max(xp.where(valid, xp.abs(vx) + xp.abs(vy), 0.0), axis=1, keepdims=True)
+    verts = pg.where_slots(xp, valid, xp.stack([vx, vy], axis=-1), old_vertices)
+    scale = _compat.row_max(xp, xp.where(valid, xp.abs(vx) + xp.abs(vy), 0.0))[:, None]
     tol = 64.0 * xp.finfo(verts.dtype).eps * (scale + 1.0) * (scale + 1.0)
     nxt = gather(verts, (k + 1) % cnt)
     along = (nxt[..., 0] - vx) * -normal[..., 1] + (nxt[..., 1] - vy) * normal[..., 0]
@@ -227,7 +227,7 @@ def _polygons(xp, seeds, active, lo, hi, rows, normal, offset, count, old_vertic
     inside = ((vx >= lo_rel[..., 0] - tol) & (vx <= hi_rel[..., 0] + tol)
               & (vy >= lo_rel[..., 1] - tol) & (vy <= hi_rel[..., 1] + tol))
     good = (det > 0) & (along >= -tol) & inside
-    ok = xp.all(good | ~valid, axis=1) & ((count >= 3) | ~xp.take(active, rows))
+    ok = _compat.row_all(xp, good | ~valid) & ((count >= 3) | ~xp.take(active, rows))
     return verts, ok, valid & (along < -tol)
 
 

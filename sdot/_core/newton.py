@@ -178,7 +178,7 @@ def _facet_weights(xp, seeds, rows, labels, count, facet):
 def _assembled(xp, other, w, active, rhs):
     """:func:`_laplacian`'s flat entries, the regularised diagonal and the centred rhs."""
     n, cap = w.shape
-    diag = xp.sum(w, axis=1)
+    diag = _compat.row_sum(xp, w)
     scale = xp.sum(diag) / xp.maximum(xp.sum(xp.astype(active, diag.dtype)), 1.0)
     diag = xp.where(active, diag + REGULARISATION * scale, 1.0)
     row = xp.broadcast_to(xp.arange(n, dtype=xp.int64, device=aac.device(w))[:, None], (n, cap))

@@ -54,14 +54,33 @@ def box_cells(xp, seeds, lo, hi, active, capacity: int):
 
 
 def gather(x, idx):
-    """``x[r, idx[r, ...]]`` row by row (``x`` of shape (n, V) or (n, V, 2))."""
+    """``x[r, idx[r, ...]]`` row by row (``x`` of shape (n, V) or (n, V, 2)).
+
+    One take from ``x`` flattened over its first two axes, at ``r V + idx``: NumPy and
+    torch take whole rows of (n V, 2) at once, where a per-axis ``take_along_axis``
+    gathers each coordinate from a strided view (measured at 1e4 cells of 16 slots:
+    0.28 against 4.2 ms on NumPy, 0.66 against 6.1 ms on torch; (n, V): 0.23 against
+    0.55 ms).
+    """
     xp = _compat.namespace(x)
-    if x.ndim == 3:
+    if aac.is_jax_array(x):
         flat = xp.reshape(idx, (idx.shape[0], -1))
-        out = xp.stack([xp.take_along_axis(x[..., c], flat, axis=1) for c in range(x.shape[2])], axis=-1)
-        return xp.reshape(out, tuple(idx.shape) + (x.shape[2],))
-    flat = xp.reshape(idx, (idx.shape[0], -1))
-    return xp.reshape(xp.take_along_axis(x, flat, axis=1), tuple(idx.shape))
+        out = xp.stack([xp.take_along_axis(x[..., c], flat, axis=1) for c in range(x.shape[2])], axis=-1) \
+            if x.ndim == 3 else xp.take_along_axis(x, flat, axis=1)
+        return xp.reshape(out, tuple(idx.shape) + tuple(x.shape[2:]))
+    n, cap = x.shape[0], x.shape[1]
+    start = xp.arange(n, dtype=idx.dtype, device=aac.device(idx)) * cap
+    flat = xp.reshape(idx, (n, -1)) + start[:, None]
+    out = xp.take(xp.reshape(x, (n * cap,) + tuple(x.shape[2:])), xp.reshape(flat, (-1,)), axis=0)
+    return xp.reshape(out, tuple(idx.shape) + tuple(x.shape[2:]))
+
+
+def where_slots(xp, mask, a, b):
+    """``where(mask, a, b)`` for vertex arrays ``(n, V, 2)`` and a mask ``(n, V)`` or
+    ``(n, 1)``: the mask is stacked for both coordinates first (NumPy broadcasts a
+    mask ``(n, V, 1)`` about twice slower)."""
+    mask = xp.broadcast_to(mask, a.shape[:2])
+    return xp.where(xp.stack([mask, mask], axis=-1), a, b)
 
 
 @_compat.jit_on_jax()
@@ -82,11 +101,11 @@ def clip_polygons(xp, verts, labels, count, normal, offset, label, skip):
     cnt = xp.maximum(count, 1)[:, None]
     s = _compat.dot(verts, normal[:, None, :]) - offset[:, None]
     out = valid & (s > 0) & ~skip[:, None]
-    changed = xp.any(out, axis=1)
+    changed = _compat.row_any(xp, out)
     out_prev = gather(out, (k - 1 + cnt) % cnt)
     a = xp.argmax(xp.astype(out & ~out_prev, xp.int8), axis=1)[:, None]
     run = xp.where(valid & ~out, (k - a + cnt) % cnt, cap)   # distance from a of inside vertices
-    length = xp.min(run, axis=1, keepdims=True)
+    length = _compat.row_min(xp, run)[:, None]
     empty = changed & (length[:, 0] >= cap)
     b = (a + length) % cnt
     ends = xp.concat([(a - 1 + cnt) % cnt, a, (b - 1 + cnt) % cnt, b], axis=1)   # (n, 4)
@@ -99,14 +118,12 @@ def clip_polygons(xp, verts, labels, count, normal, offset, label, skip):
     src = (b + k - 2 + 2 * cnt) % cnt
     new_v = gather(verts, src)
     new_l = gather(labels, src)
-    first, second = (k == 0)[..., None], (k == 1)[..., None]
-    new_v = xp.where(first, x1[:, None, :], xp.where(second, x2[:, None, :], new_v))
-    entry_label = gather(labels, ends[:, 2:3])
-    new_l = xp.where(k == 0, label[:, None], xp.where(k == 1, entry_label, new_l))
+    new_v = xp.concat([x1[:, None, :], x2[:, None, :], new_v[:, 2:, :]], axis=1)     # exit, entry, the rest
+    new_l = xp.concat([label[:, None], gather(labels, ends[:, 2:3]), new_l[:, 2:]], axis=1)
     new_count = count - length[:, 0] + 2
     overflow = changed & ~empty & (new_count > cap)
     keep = ~changed[:, None]
-    verts = xp.where(keep[..., None], verts, new_v)
+    verts = where_slots(xp, keep, verts, new_v)
     labels = xp.where(keep, labels, new_l)
     count = xp.where(empty, 0, xp.where(changed, xp.minimum(new_count, cap), count))
     return verts, labels, count, overflow
@@ -139,7 +156,7 @@ def _cut_rows(xp, seeds, psi, active, verts, count, rows, j):
     d, offset, _, skip = _half_planes(xp, seeds, psi, active, count, rows, j)
     k = xp.arange(verts.shape[1], dtype=xp.int64, device=aac.device(rows))[None, :]
     s = verts[..., 0] * d[:, None, 0] + verts[..., 1] * d[:, None, 1] - offset[:, None]
-    return xp.any((s > 0) & (k < count[:, None]), axis=1) & ~skip
+    return _compat.row_any(xp, (s > 0) & (k < count[:, None])) & ~skip
 
 
 def clip_by(xp, seeds, psi, active, cells, rows, candidates):
@@ -201,8 +218,8 @@ def _area_terms(xp, v, count):
     x, y = v[..., 0], v[..., 1]
     dx, dy = x - x[:, :1], y - y[:, :1]
     cross = dx[:, :-1] * dy[:, 1:] - dy[:, :-1] * dx[:, 1:]
-    area = 0.5 * xp.sum(xp.where(k[:, :-1] < count[:, None] - 1, cross, 0.0), axis=1)
-    return area, xp.sum(xp.where(k < count[:, None], x * x + y * y, 0.0), axis=1)
+    area = 0.5 * _compat.row_sum(xp, xp.where(k[:, :-1] < count[:, None] - 1, cross, 0.0))
+    return area, _compat.row_sum(xp, xp.where(k < count[:, None], x * x + y * y, 0.0))
 
 
 def neighbours(xp, cells, width: int):

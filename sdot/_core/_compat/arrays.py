@@ -44,6 +44,50 @@ def dot(a, b):
     return out
 
 
+def row_sum(xp, x):
+    """``sum(x, axis=1)`` of a floating ``(n, V)`` array, as its product with ones: a
+    matrix-vector product (BLAS on NumPy) is about ten times faster than NumPy's
+    reduction of a short axis (measured at 1e4 rows of 8 or 16: 0.03 against 0.24 ms)."""
+    if aac.is_jax_array(x):
+        return xp.sum(x, axis=1)
+    return xp.matmul(x, xp.ones((x.shape[1],), dtype=x.dtype, device=aac.device(x)))
+
+
+#: Columns up to which :func:`row_max` and the like fold the columns on NumPy.
+FOLD_COLUMNS = 16
+
+
+def row_max(xp, x):
+    """``max(x, axis=1)`` of an ``(n, V)`` array; on NumPy with few columns, a fold of
+    ``maximum`` over the columns (NumPy reduces a short axis row by row: measured at 1e4
+    rows, 0.09 against 0.43 ms for 8 columns, 0.23 against 0.44 ms for 16)."""
+    return _fold(xp, x, xp.maximum, xp.max)
+
+
+def row_min(xp, x):
+    """``min(x, axis=1)``, as :func:`row_max`."""
+    return _fold(xp, x, xp.minimum, xp.min)
+
+
+def row_any(xp, x):
+    """``any(x, axis=1)`` of a boolean ``(n, V)`` array, as :func:`row_max`."""
+    return _fold(xp, x, xp.logical_or, xp.any)
+
+
+def row_all(xp, x):
+    """``all(x, axis=1)`` of a boolean ``(n, V)`` array, as :func:`row_max`."""
+    return _fold(xp, x, xp.logical_and, xp.all)
+
+
+def _fold(xp, x, pairwise, reduce):
+    if not aac.is_numpy_array(x) or not 0 < x.shape[1] <= FOLD_COLUMNS:
+        return reduce(x, axis=1)
+    out = x[:, 0]
+    for c in range(1, x.shape[1]):
+        out = pairwise(out, x[:, c])
+    return out
+
+
 def hits(xp, idx, n: int):
     """Boolean mask (n,) of the entries of the 1-d ``idx`` (negative entries ignored,
     duplicates allowed): a scatter of True (a scatter-add in pure array API)."""
