@@ -45,8 +45,9 @@ def _fan_step(xp, seeds, psi, d, active, rows, labels, count):
     j = xp.where((k < count[:, None]) & (labels >= 0), labels, -1)
     j = xp.where((j >= 0) & _compat.flat_take(active, xp.where(j >= 0, j, 0)), j, -1)
     safe = xp.where(j >= 0, j, 0)
-    u = _compat.flat_take(seeds, safe) - xp.take(seeds, rows, axis=0)[:, None, :]
-    x, y = u[..., 0], u[..., 1]
+    sx, sy = seeds[:, 0], seeds[:, 1]         # per coordinate: NumPy is slow on a last axis of 2
+    x = _compat.flat_take(sx, safe) - xp.take(sx, rows)[:, None]
+    y = _compat.flat_take(sy, safe) - xp.take(sy, rows)[:, None]
     z = x * x + y * y - _compat.flat_take(psi, safe)         # lifted, relative to seed i
     dz = _compat.flat_take(d, safe)
     first = xp.argmin(xp.where(j >= 0, z, xp.inf), axis=1)[:, None]    # the fan's origin
