@@ -44,18 +44,15 @@ def dot(a, b):
     return out
 
 
-def row_sum(xp, x):
-    """``sum(x, axis=1)`` of a floating ``(n, V)`` array; on NumPy as its product with
-    ones: BLAS's matrix-vector product is about ten times faster than NumPy's reduction
-    of a short axis (measured at 1e4 rows of 8 or 16: 0.03 against 0.24 ms). Other
-    frameworks reduce (torch: 7 against 21 us at 1e3 rows, where the call costs most)."""
-    if not aac.is_numpy_array(x):
-        return xp.sum(x, axis=1)
-    return xp.matmul(x, xp.ones((x.shape[1],), dtype=x.dtype, device=aac.device(x)))
-
-
 #: Columns up to which :func:`row_max` and the like fold the columns on NumPy.
 FOLD_COLUMNS = 16
+
+
+def row_sum(xp, x):
+    """``sum(x, axis=1)`` of an ``(n, V)`` array, as :func:`row_max` (0.09 against 0.24 ms
+    for 1e4 rows of 8 columns). Column by column, so that a row's sum does not depend on
+    the other rows (a product with a ones vector, 0.03 ms, rounds differently in blocks)."""
+    return _fold(xp, x, xp.add, xp.sum)
 
 
 def row_max(xp, x):
