@@ -84,3 +84,29 @@ def test_torch_namespace_extrema_any_and_reshape_match_array_api_compat():
     view, copied = xp.reshape(f, (3, 2)), xp.reshape(f, (3, 2), copy=True)
     assert view.data_ptr() == f.data_ptr() and copied.data_ptr() != f.data_ptr()
     assert torch.equal(torch.nan_to_num(view), torch.nan_to_num(base.reshape(f, (3, 2))))
+
+
+@pytest.mark.parametrize("width", [1, 8, 16, 17])
+def test_row_reductions_match_their_meaning(backend, width):
+    """``row_sum``, ``row_max``, ``row_min``, ``row_any``, ``row_all``: NumPy folds up to
+    16 columns (17: its own reductions), NaN propagates, and a row's sum does not depend
+    on the rows around it (the blocked kernels must match the whole bit for bit)."""
+    rng = np.random.default_rng(3)
+    values = rng.standard_normal((40, width)) * 10.0 ** rng.integers(-8, 8, (40, width))
+    values[5, 0] = np.nan
+    flags = rng.random((40, width)) < 0.5
+    flags[0], flags[1] = False, True
+    xp = backend.xp
+    reduce = {"sum": _compat.row_sum, "max": _compat.row_max, "min": _compat.row_min}
+    for name, fn in reduce.items():
+        out = backend.to_numpy(backend.run(lambda v: fn(xp, v), backend.asarray(values)))
+        expected = getattr(np, name)(values, axis=1)
+        scale = np.nansum(np.abs(values), axis=1) * width * np.finfo(np.float64).eps  # any summation order
+        ok = np.isnan(expected) | (np.abs(out - expected) <= (scale if name == "sum" else 0.0))
+        assert ok.all(), (name, out[~ok], expected[~ok])
+        assert np.isnan(out[5]), name
+        part = backend.to_numpy(backend.run(lambda v: fn(xp, v), backend.asarray(values[3:17])))
+        np.testing.assert_array_equal(part, out[3:17], err_msg=name)
+    for name, fn in {"any": _compat.row_any, "all": _compat.row_all}.items():
+        out = backend.run(lambda f: fn(xp, f), backend.asarray(flags, bool))
+        np.testing.assert_array_equal(backend.to_numpy(out), getattr(np, name)(flags, axis=1), err_msg=name)
