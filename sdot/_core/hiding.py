@@ -9,6 +9,7 @@ from __future__ import annotations
 import array_api_compat as aac
 
 from . import _compat
+from .polygons import offsets
 
 
 def hiding_step(xp, seeds, psi, d, active, cells):
@@ -45,9 +46,7 @@ def _fan_step(xp, seeds, psi, d, active, rows, labels, count):
     j = xp.where((k < count[:, None]) & (labels >= 0), labels, -1)
     j = xp.where((j >= 0) & _compat.flat_take(active, xp.where(j >= 0, j, 0)), j, -1)
     safe = xp.where(j >= 0, j, 0)
-    sx, sy = seeds[:, 0], seeds[:, 1]         # per coordinate: NumPy is slow on a last axis of 2
-    x = _compat.flat_take(sx, safe) - xp.take(sx, rows)[:, None]
-    y = _compat.flat_take(sy, safe) - xp.take(sy, rows)[:, None]
+    x, y = offsets(xp, seeds, rows, safe)
     z = x * x + y * y - _compat.flat_take(psi, safe)         # lifted, relative to seed i
     dz = _compat.flat_take(d, safe)
     first = xp.argmin(xp.where(j >= 0, z, xp.inf), axis=1)[:, None]    # the fan's origin

@@ -122,13 +122,11 @@ def _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped):
 def _lines(xp, seeds, psi, lo, hi, rows, labels):
     """Line of the edge of every slot of the cells ``rows``: ``u . normal = offset``
     (relative to the seed), ``normal`` outward; a neighbour's bisector or a side of the box.
-    Returns ``(normal_x, normal_y, offset)``, each ``(n, V)``: per coordinate, since
-    NumPy gathers and broadcasts along a last axis of 2 several times slower."""
+    Returns ``(normal_x, normal_y, offset)``, each ``(n, V)`` (per coordinate, see
+    :func:`.polygons.offsets`)."""
     j = xp.where(labels >= 0, labels, 0)
-    sx, sy = seeds[:, 0], seeds[:, 1]
-    own_x, own_y = xp.take(sx, rows), xp.take(sy, rows)
-    dx = _compat.flat_take(sx, j) - own_x[:, None]
-    dy = _compat.flat_take(sy, j) - own_y[:, None]
+    dx, dy = pg.offsets(xp, seeds, rows, j)
+    own_x, own_y = xp.take(seeds[:, 0], rows), xp.take(seeds[:, 1], rows)
     offset = 0.5 * (dx * dx + dy * dy + xp.take(psi, rows)[:, None] - _compat.flat_take(psi, j))
     side = -1 - labels                                   # 0: y = lo, 1: x = hi, 2: y = hi, 3: x = lo
     one = xp.ones_like(offset)

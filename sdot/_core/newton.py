@@ -29,6 +29,7 @@ from typing import NamedTuple
 import array_api_compat as aac
 
 from . import _compat, geometry, hiding, integrate
+from .polygons import offsets
 
 REGULARISATION = 1e-9
 #: The first damping trial of a step is ``min(1, GROWTH * t)``, ``t`` that of the last
@@ -169,9 +170,7 @@ def _facet_weights(xp, seeds, rows, labels, count, facet):
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(rows))[None, :]
     is_facet = (k < count[:, None]) & (labels >= 0)
     other = xp.where(is_facet, labels, rows[:, None])
-    sx, sy = seeds[:, 0], seeds[:, 1]         # per coordinate: NumPy is slow on a last axis of 2
-    dx = _compat.flat_take(sx, other) - xp.take(sx, rows)[:, None]
-    dy = _compat.flat_take(sy, other) - xp.take(sy, rows)[:, None]
+    dx, dy = offsets(xp, seeds, rows, other)
     dist = xp.sqrt(dx * dx + dy * dy)
     return other, xp.where(is_facet, facet / (2.0 * xp.where(is_facet, dist, 1.0)), 0.0)
 

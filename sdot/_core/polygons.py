@@ -75,6 +75,15 @@ def gather(x, idx):
     return xp.reshape(out, tuple(idx.shape) + tuple(x.shape[2:]))
 
 
+def offsets(xp, seeds, rows, j):
+    """``y_j - y_row`` per coordinate, ``(dx, dy)``, each of ``j``'s shape ``(m, V)``
+    (``rows`` (m,)): NumPy gathers rows of 2 and broadcasts along a last axis of 2 several
+    times slower (1e4 x 8 offsets: 1.1 against 0.17 ms)."""
+    sx, sy = seeds[:, 0], seeds[:, 1]
+    return (_compat.flat_take(sx, j) - xp.take(sx, rows)[:, None],
+            _compat.flat_take(sy, j) - xp.take(sy, rows)[:, None])
+
+
 def where_slots(xp, mask, a, b):
     """``where(mask, a, b)`` for vertex arrays ``(n, V, 2)`` and a mask ``(n, V)`` or
     ``(n, 1)``: the mask is stacked for both coordinates first (NumPy broadcasts a
