@@ -15,6 +15,7 @@ from . import _compat
 
 from . import polygons as pg
 from .polygons import box_cells, clip_by, gather, slots_for
+from .agreement import unmatched
 from .repair import table
 
 #: Seeds a cell may gain by edge flips in one update (more are left to the repair).
@@ -116,7 +117,7 @@ def _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped):
     gained = flip_partners(xp, previous.labels, previous.count, flipped, FLIP_WIDTH)
     dirty = pg.around(xp, previous, ~ok | (cells.count != previous.count))   # with those that dropped edges
     cells = reclip(cells, xp.any(gained >= 0, axis=1), lambda rows: xp.take(gained, rows, axis=0), False)
-    return cells, dirty
+    return cells, unmatched(xp, cells, dirty)
 
 
 def _lines(xp, seeds, psi, lo, hi, rows, labels):

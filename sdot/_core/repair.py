@@ -16,6 +16,7 @@ import array_api_compat as aac
 
 from . import _compat
 
+from .agreement import unmatched
 from .polygons import area_excess, clip_by, max_degree, neighbours
 from . import polygons as pg
 
@@ -73,8 +74,8 @@ def repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds: int = ROUNDS):
         left = dirty & ~pg.mask_of(xp, rows, valid, n)
         found = pg.any_true(xp, cut >= 0)
         cells = _compat.cond(found, lambda: _clip_rows(xp, seeds, psi, active, cells, rows, cut), lambda: cells)
-        touched = pg.around(xp, cells, pg.mask_of(xp, rows, xp.any(cut >= 0, axis=1), n)) | pg.hits(
-            xp, xp.reshape(cut, (-1,)), n)
+        touched = unmatched(xp, cells, pg.around(xp, cells, pg.mask_of(xp, rows, xp.any(cut >= 0, axis=1), n))
+                            | pg.hits(xp, xp.reshape(cut, (-1,)), n), rows.shape[0])
         exhausted = ~found & ~pg.any_true(xp, left)             # this mode found nothing anywhere
         dirty = xp.where(exhausted, xp.ones_like(dirty), left | touched)
         mode = xp.where(found, 0, xp.where(exhausted, mode + 1, mode))
@@ -85,7 +86,9 @@ def repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds: int = ROUNDS):
         return excess <= tol
 
     def body(state):
-        holds = _compat.cond(state.held, lambda: state.held, lambda: certificate(state.cells))
+        # the certificate first (it may hold already), then once no dirty cell is left
+        busy = (state.rounds > 0) & (state.mode == 0) & pg.any_true(xp, state.dirty)
+        holds = _compat.cond(state.held | busy, lambda: state.held, lambda: certificate(state.cells))
         cells, dirty, mode = _compat.cond(
             ~holds | pending(state), lambda: work(state, holds),
             lambda: (state.cells._replace(certified=done), state.dirty, state.mode))

@@ -1,0 +1,77 @@
+"""Cells that disagree with their neighbours about a shared vertex
+(``sdot._core.agreement``), on every backend.
+
+Ground truth: scipy's cells (``reference_cell`` of test_power_diagram), whose dual
+triangles every cell shares, and the same diagram with one edge taken out by hand.
+"""
+import numpy as np
+import pytest
+
+from sdot._core import agreement, geometry
+from test_power_diagram import N, reference_cell
+from test_repair import without_one_edge
+
+LO, HI = np.zeros(2), np.ones(2)
+I, J = 33, 36                                   # cell 33 and its neighbour 36
+
+
+def seeds_and_neighbours():
+    seeds = np.random.default_rng(0).random((N, 2))
+    ref = reference_cell(seeds, np.zeros(N), I)
+    assert J in ref["facets"]
+    return seeds, sorted(int(k) for k in ref["facets"] if k >= 0)
+
+
+def unmatched_cells(backend, seeds, mask, edge_out=True, size=None):
+    """The cells :func:`agreement.unmatched` flags in the exact diagram of ``seeds`` at
+    zero weights, or (``edge_out``) with cell I clipped by its neighbours but J."""
+    xp = backend.xp
+    _, near = seeds_and_neighbours()
+    others = [k for k in near if k != J]
+
+    def run(y, lo, hi, mask):
+        if edge_out:
+            _, _, cells = without_one_edge(xp, y, lo, hi, I, others)
+        else:
+            cells = geometry.power_cells(xp, y, xp.zeros((N,), dtype=y.dtype), xp.ones((N,), dtype=xp.bool), lo, hi)
+        return agreement.unmatched(xp, cells, mask, size)
+
+    mask = backend.xp.asarray(np.asarray(mask))
+    out = backend.run(run, *(backend.asarray(a) for a in (seeds, LO, HI)), mask)
+    return set(np.flatnonzero(backend.to_numpy(out)).tolist())
+
+
+def test_an_exact_diagram_agrees_everywhere(backend):
+    seeds, _ = seeds_and_neighbours()
+    assert unmatched_cells(backend, seeds, np.ones(N, bool), edge_out=False) == set()
+
+
+def test_a_missing_edge_flags_both_of_its_cells_and_no_far_one(backend):
+    """Cell I lacks its edge with J, which still has I: both are flagged, and nothing
+    beyond I's neighbours (whose triangles with I and J changed). Checked from J alone,
+    whose vertices I lacks, both are flagged too; from I alone nothing is (its own
+    vertices are all in their neighbours: the check needs the cells around)."""
+    seeds, near = seeds_and_neighbours()
+    everywhere = unmatched_cells(backend, seeds, np.ones(N, bool))
+    assert {I, J} <= everywhere <= {I} | set(near)
+    assert unmatched_cells(backend, seeds, np.arange(N) == J) == {I, J}
+    assert unmatched_cells(backend, seeds, np.arange(N) == I) == set()
+
+
+def test_only_the_cells_of_the_mask_are_checked(backend):
+    """Cells far from the missing edge find nothing; the flags are theirs and their
+    neighbours' only."""
+    seeds, near = seeds_and_neighbours()
+    far = np.ones(N, bool)
+    far[[I, J] + near] = False
+    assert unmatched_cells(backend, seeds, far) == set()
+
+
+def test_a_traced_check_of_a_share_keeps_the_cells_left_unchecked(backend):
+    """With ``size`` 1 and two cells in the mask, the traced check tests the first (cell
+    J: flags I and J) and leaves the far cell in the mask; eagerly both are checked."""
+    seeds, near = seeds_and_neighbours()
+    far = next(k for k in range(J + 1, N) if k not in near)
+    mask = np.isin(np.arange(N), [J, far])
+    got = unmatched_cells(backend, seeds, mask, size=1)
+    assert got == ({I, J, far} if backend.name == "jax-jit" else {I, J})
