@@ -104,17 +104,23 @@ def table(xp, cells, width=None, rows=None):
     Eagerly with ``rows``, only the rows of their neighbours (the others -1) if they are few."""
     if _compat.is_traced(cells.labels):
         return neighbours(xp, cells, min(cells.labels.shape[1], TABLE_TRACED))
-    degree = max(max_degree(xp, cells), 1)
-    width = degree if width is None else min(degree, width)
     n = cells.count.shape[0]
     if rows is None or 8 * rows.shape[0] > n:
-        return neighbours(xp, cells, width)
-    sub = pg.take_rows(xp, cells, rows)
-    k = xp.arange(sub.labels.shape[1], dtype=xp.int64, device=aac.device(rows))[None, :]
-    lab = xp.where((k < sub.count[:, None]) & (sub.labels >= 0), sub.labels, -1)
+        return neighbours(xp, cells, _width(xp, cells, width))
+    lab, count = xp.take(cells.labels, rows, axis=0), xp.take(cells.count, rows)
+    k = xp.arange(lab.shape[1], dtype=xp.int64, device=aac.device(rows))[None, :]
+    lab = xp.where((k < count[:, None]) & (lab >= 0), lab, -1)
     needed, _ = _compat.true_entries(xp, pg.hits(xp, xp.reshape(lab, (-1,)), n))
+    near = pg.Cells(None, xp.take(cells.labels, needed, axis=0), xp.take(cells.count, needed), None, None)
+    width = _width(xp, near, width)                 # the degrees of the rows read only
     out = -xp.ones((n, width), dtype=xp.int64, device=aac.device(rows))
-    return _compat.put_rows(xp, out, needed, neighbours(xp, pg.take_rows(xp, cells, needed), width))
+    return _compat.put_rows(xp, out, needed, neighbours(xp, near, width))
+
+
+def _width(xp, cells, width):
+    """Columns of a table of every neighbour of ``cells``, at most ``width``."""
+    degree = max(max_degree(xp, cells), 1)
+    return degree if width is None else min(degree, width)
 
 
 def local_cutters(xp, seeds, psi, active, cells, rows, table):
