@@ -48,7 +48,7 @@ def unmatched(xp, cells, mask, size=None):
         rows, valid = _compat.true_entries(xp, mask)
         unchecked = xp.zeros_like(mask)
         labels, count = xp.take(cells.labels, rows, axis=0), xp.take(cells.count, rows)
-        keys, where = _neighbour_keys(xp, cells, rows, labels, count, n, every)
+        keys, where = _neighbour_keys(xp, cells, rows, n, every)
         missing = _compat.slotwise(xp, lambda c, r, lab: _disagreements(xp, keys, where, r, lab, c, n), count,
                                    (rows,), (labels,), (False,))
     missing = missing & valid[:, None]
@@ -56,19 +56,27 @@ def unmatched(xp, cells, mask, size=None):
     return unchecked | pg.mask_of(xp, rows, _compat.row_any(xp, missing), n) | pg.hits(xp, other, n)
 
 
-def _neighbour_keys(xp, cells, rows, labels, count, n, every):
+def _neighbour_keys(xp, cells, rows, n, every):
     """Eagerly, the vertex keys of the neighbours of the cells ``rows`` (all cells if they
     are not few) as ``(keys, where)``: the keys of cell j are ``keys[where[j]]``."""
     if 8 * rows.shape[0] > n:
         keys, where = _keys(xp, cells, n), every
     else:
-        k = xp.arange(labels.shape[1], dtype=xp.int64, device=aac.device(rows))[None, :]
-        needed = pg.hits(xp, xp.reshape(xp.where(k < count[:, None], labels, -1), (-1,)), n)
-        near, _ = _compat.true_entries(xp, needed)
+        near, needed = neighbour_rows(xp, cells, rows)
         keys = _keys(xp, pg.Cells(None, xp.take(cells.labels, near, axis=0), xp.take(cells.count, near),
                                   None, None), n)
         where = xp.cumulative_sum(xp.astype(needed, xp.int64)) - 1
     return keys[:, :max(_compat.to_int(xp.max(cells.count)), 1)], where
+
+
+def neighbour_rows(xp, cells, rows):
+    """Eagerly, the neighbours of the cells ``rows``: their indices (at least one, see
+    :func:`._compat.true_entries`) and their mask (n,)."""
+    labels, count = xp.take(cells.labels, rows, axis=0), xp.take(cells.count, rows)
+    k = xp.arange(labels.shape[1], dtype=xp.int64, device=aac.device(rows))[None, :]
+    mask = pg.hits(xp, xp.reshape(xp.where((k < count[:, None]) & (labels >= 0), labels, -1), (-1,)),
+                   cells.count.shape[0])
+    return _compat.true_entries(xp, mask)[0], mask
 
 
 def _keys(xp, cells, n):
