@@ -7,12 +7,20 @@ triangles every cell shares, and the same diagram with one edge taken out by han
 import numpy as np
 import pytest
 
-from sdot._core import agreement, geometry
+from sdot._core import agreement, geometry, kinetic
 from test_power_diagram import N, reference_cell
 from test_repair import without_one_edge
+from test_update import check_update_against_scipy
 
 LO, HI = np.zeros(2), np.ones(2)
 I, J = 33, 36                                   # cell 33 and its neighbour 36
+
+
+@pytest.fixture(autouse=True)
+def check_every_mask(monkeypatch):
+    """The check on masks of any size (eagerly it leaves masks of fewer than
+    AGREEMENT_FROM cells as they are; see the last test)."""
+    monkeypatch.setattr(agreement, "AGREEMENT_FROM", 0)
 
 
 def seeds_and_neighbours():
@@ -75,3 +83,22 @@ def test_a_traced_check_of_a_share_keeps_the_cells_left_unchecked(backend):
     mask = np.isin(np.arange(N), [J, far])
     got = unmatched_cells(backend, seeds, mask, size=1)
     assert got == ({I, J, far} if backend.name == "jax-jit" else {I, J})
+
+
+def test_eagerly_a_small_mask_is_left_as_it_is(backend, monkeypatch):
+    """Below AGREEMENT_FROM cells the eager check costs more than the local tests it
+    saves: the mask comes back unchanged (an exact diagram, every cell flagged).
+    Under ``jax.jit`` the check runs whatever the mask."""
+    monkeypatch.setattr(agreement, "AGREEMENT_FROM", N + 1)
+    seeds, _ = seeds_and_neighbours()
+    got = unmatched_cells(backend, seeds, np.ones(N, bool), edge_out=False)
+    assert got == (set() if backend.name == "jax-jit" else set(range(N)))
+
+
+@pytest.mark.parametrize("flip_width", [4, 1])
+def test_updates_repaired_with_the_check_match_scipy(backend, monkeypatch, flip_width):
+    """Kinetic updates with many flips (and with flip edges left out, which the repair
+    must find), repaired with the check on every mask: certified, and scipy's cells."""
+    monkeypatch.setattr(kinetic, "REBUILD_SHARE", 2.0)
+    monkeypatch.setattr(kinetic, "FLIP_WIDTH", flip_width)
+    check_update_against_scipy(backend, 0.02)

@@ -22,6 +22,11 @@ from . import polygons as pg
 #: gathers): exact below 46336 seeds; above, two vertices of a cell share a key with a
 #: chance of about 1e-9, which at worst hides a disagreement from the test.
 KEY_MODULUS = 2_147_483_647
+#: Cells in the mask from which the check runs eagerly (fewer are all left in the mask: the
+#: check's fixed cost is then above the local tests it saves). Measured, means of 20 solves
+#: alternating: torch box 1e3 0.140, 0.144, 0.139 s without the check, 0.145, 0.149, 0.148 s
+#: with it everywhere, 0.142, 0.147, 0.141 s from 2048 cells; NumPy box 1e4 unchanged.
+AGREEMENT_FROM = 2048
 
 
 def unmatched(xp, cells, mask, size=None):
@@ -31,7 +36,8 @@ def unmatched(xp, cells, mask, size=None):
     A vertex that one cell has and another lacks is found if a cell that has it is in
     ``mask`` (its check goes round the triangle's cells: i checks b, b checks a, a
     checks i): after an update, the cells around the changed ones. Traced, with ``size``,
-    only that many cells of ``mask`` are checked and the others stay in the mask.
+    only that many cells of ``mask`` are checked and the others stay in the mask; eagerly
+    a mask of fewer than :data:`AGREEMENT_FROM` cells is returned as it is.
     """
     n = mask.shape[0]
     dev = aac.device(mask)
@@ -46,6 +52,8 @@ def unmatched(xp, cells, mask, size=None):
                                  xp.take(cells.count, rows), n)
     else:
         rows, valid = _compat.true_entries(xp, mask)
+        if rows.shape[0] < AGREEMENT_FROM:          # testing them costs less than the check
+            return mask
         unchecked = xp.zeros_like(mask)
         labels, count = xp.take(cells.labels, rows, axis=0), xp.take(cells.count, rows)
         keys, where = _neighbour_keys(xp, cells, rows, n, every)
