@@ -75,6 +75,15 @@ def gather(x, idx):
     return xp.reshape(out, tuple(idx.shape) + tuple(x.shape[2:]))
 
 
+def incoming_labels(xp, labels, count):
+    """Label of the edge ending at each vertex slot (slot ``k - 1``, cyclically within
+    ``count``), ``(n, V)``: with ``labels`` (the edge starting there), the two neighbours
+    whose edges meet at the vertex."""
+    k = xp.arange(labels.shape[1], dtype=xp.int64, device=aac.device(labels))[None, :]
+    cnt = xp.maximum(count, 1)[:, None]
+    return gather(labels, (k - 1 + cnt) % cnt)
+
+
 def offsets(xp, seeds, rows, j):
     """``y_j - y_row`` per coordinate, ``(dx, dy)``, each of ``j``'s shape ``(m, V)``
     (``rows`` (m,)): NumPy gathers rows of 2 and broadcasts along a last axis of 2 several

@@ -143,10 +143,8 @@ def _vertex_neighbours(xp, lab, count):
     """Flat ``(m V,)`` neighbours across the incoming and the outgoing edge of each
     vertex of the cells ``(labels, count)`` (a box side is replaced by the other
     one), and whether one exists."""
-    m, cap = lab.shape
-    k = xp.arange(cap, dtype=xp.int64, device=aac.device(lab))[None, :]
-    cnt = xp.maximum(count, 1)[:, None]
-    incoming = pg.gather(lab, (k - 1 + cnt) % cnt)
+    k = xp.arange(lab.shape[1], dtype=xp.int64, device=aac.device(lab))[None, :]
+    incoming = pg.incoming_labels(xp, lab, count)
     outgoing = xp.where(lab >= 0, lab, incoming)
     incoming = xp.where(incoming >= 0, incoming, outgoing)
     valid = (k < count[:, None]) & (outgoing >= 0)
