@@ -108,8 +108,11 @@ def _morton_order(p):
 
 #: Active points per tile: from twice as many, :func:`_rings` triangulates tiles of about
 #: this many points on the threads. Qhull's time per point grows with the points
-#: (measured on 1e5 uniform points: 0.69 s in one piece, 0.30 s in eight).
-TILE_POINTS = 25_000
+#: (measured on 1e5 uniform points: 0.69 s in one piece, 0.30 s in eight). Tiles of 25000
+#: and 10000 points, rings of the bench's points (minima of 5 calls, then the same in
+#: solves): 1e5 0.49 -> 0.35 s (in 4 solves: 0.75 -> 0.67 s a call), 1e6 5.9 -> 4.3 s;
+#: a session earlier 12500 and 25000 had taken 3.5 and 3.4 s at 1e6.
+TILE_POINTS = 10_000
 #: Depth of each tile's points beyond its sides, in mean spacings of the points.
 TILE_OVERLAP = 8
 #: Active points from which :func:`_rings` makes at least one tile per thread (Qhull
