@@ -42,46 +42,37 @@ def unmatched(xp, cells, mask, size=None):
     """
     n = mask.shape[0]
     every = xp.arange(n, dtype=xp.int64, device=aac.device(mask))
-    if _compat.is_traced(mask, cells.labels):
+    traced = _compat.is_traced(mask, cells.labels)
+    if traced:
         rows, valid, unchecked = every, mask, xp.zeros_like(mask)
         if size is not None and size < n:
             rows, valid = _compat.select(xp, mask, size)
             unchecked = mask & ~pg.mask_of(xp, rows, valid, n)
-        keys, where = _keys(xp, cells, n), every
     else:
         rows, valid = _compat.true_entries(xp, mask)
         if rows.shape[0] < AGREEMENT_FROM:          # testing them costs less than the check
             return mask
         unchecked = xp.zeros_like(mask)
-        keys, where = _neighbour_keys(xp, cells, rows, n, every)
     labels, count = xp.take(cells.labels, rows, axis=0), xp.take(cells.count, rows)
+    keys, where = (_keys(xp, cells, n), every) if traced else _neighbour_keys(xp, cells, labels, count, n, every)
     missing = _compat.slotwise(xp, lambda c, r, lab: _disagreements(xp, keys, where, r, lab, c, n), count,
                                (rows,), (labels,), (False,)) & valid[:, None]
     other = xp.reshape(xp.where(missing, labels, -1), (-1,))
     return unchecked | pg.mask_of(xp, rows, _compat.row_any(xp, missing), n) | pg.hits(xp, other, n)
 
 
-def _neighbour_keys(xp, cells, rows, n, every):
-    """Eagerly, the vertex keys of the neighbours of the cells ``rows`` (all cells if they
-    are not few) as ``(keys, where)``: the keys of cell j are ``keys[where[j]]``, as many
-    columns as the most vertices among those cells."""
-    if 8 * rows.shape[0] > n:
+def _neighbour_keys(xp, cells, labels, count, n, every):
+    """Eagerly, the vertex keys of the neighbours of the cells ``(labels, count)`` (rows of
+    some cells; all cells if they are not few) as ``(keys, where)``: the keys of cell j are
+    ``keys[where[j]]``, as many columns as the most vertices among those cells."""
+    if 8 * labels.shape[0] > n:
         near, where = cells, every
     else:
-        found, needed = neighbour_rows(xp, cells, rows)
+        needed = pg.neighbour_mask(xp, labels, count, n)
+        found, _ = _compat.true_entries(xp, needed)
         near = pg.Cells(None, xp.take(cells.labels, found, axis=0), xp.take(cells.count, found), None, None)
         where = xp.cumulative_sum(xp.astype(needed, xp.int64)) - 1
     return _keys(xp, near, n)[:, :max(_compat.to_int(xp.max(near.count)), 1)], where
-
-
-def neighbour_rows(xp, cells, rows):
-    """Eagerly, the neighbours of the cells ``rows``: their indices (at least one, see
-    :func:`._compat.true_entries`) and their mask (n,)."""
-    labels, count = xp.take(cells.labels, rows, axis=0), xp.take(cells.count, rows)
-    k = xp.arange(labels.shape[1], dtype=xp.int64, device=aac.device(rows))[None, :]
-    mask = pg.hits(xp, xp.reshape(xp.where((k < count[:, None]) & (labels >= 0), labels, -1), (-1,)),
-                   cells.count.shape[0])
-    return _compat.true_entries(xp, mask)[0], mask
 
 
 def _keys(xp, cells, n):

@@ -314,9 +314,17 @@ def around(xp, cells, mask):
 def _around(xp, mask, labels, count, rows_in):
     """``mask`` and the neighbours of the cells ``(labels, count)`` (rows of some cells)
     where ``rows_in``."""
-    k = xp.arange(labels.shape[1], dtype=xp.int64, device=aac.device(mask))[None, :]
-    lab = xp.where((k < count[:, None]) & (labels >= 0) & rows_in[:, None], labels, -1)
-    return mask | hits(xp, xp.reshape(lab, (-1,)), mask.shape[0])
+    return mask | neighbour_mask(xp, labels, count, mask.shape[0], rows_in)
+
+
+def neighbour_mask(xp, labels, count, n: int, rows_in=None):
+    """Mask (n,) of the neighbours of the cells ``(labels, count)`` (rows of some cells;
+    only those ``rows_in`` if given)."""
+    k = xp.arange(labels.shape[1], dtype=xp.int64, device=aac.device(labels))[None, :]
+    keep = (k < count[:, None]) & (labels >= 0)
+    if rows_in is not None:
+        keep = keep & rows_in[:, None]
+    return hits(xp, xp.reshape(xp.where(keep, labels, -1), (-1,)), n)
 
 
 #: Boolean mask (n,) of the entries ``idx`` (-1 ignored).

@@ -16,7 +16,7 @@ import array_api_compat as aac
 
 from . import _compat
 
-from .agreement import neighbour_rows, unmatched
+from .agreement import unmatched
 from .polygons import area_excess, clip_by, max_degree, neighbours
 from . import polygons as pg
 
@@ -107,7 +107,8 @@ def table(xp, cells, width=None, rows=None):
     n = cells.count.shape[0]
     if rows is None or 8 * rows.shape[0] > n:
         return neighbours(xp, cells, _width(xp, cells, width))
-    needed, _ = neighbour_rows(xp, cells, rows)
+    needed, _ = _compat.true_entries(xp, pg.neighbour_mask(
+        xp, xp.take(cells.labels, rows, axis=0), xp.take(cells.count, rows), n))
     near = pg.Cells(None, xp.take(cells.labels, needed, axis=0), xp.take(cells.count, needed), None, None)
     width = _width(xp, near, width)                 # the degrees of the rows read only
     out = -xp.ones((n, width), dtype=xp.int64, device=aac.device(rows))
