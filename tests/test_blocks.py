@@ -126,3 +126,61 @@ def test_per_seed_and_per_pixel_data_are_computed_once_not_per_block(monkeypatch
     monkeypatch.setattr(_compat.control, "MIN_BLOCK", 1)
     kernels(xp, Backend("numpy"))                          # one call of each
     assert calls == {"planes": 1, "tables": 1}
+
+
+@pytest.mark.parametrize("name", ["numpy", "torch"])
+def test_background_work_runs_on_a_thread_of_its_own_on_numpy(name, monkeypatch):
+    """``in_background`` starts an eager NumPy computation on a thread of its own, whose
+    blocks run there (the worker threads stay free for the caller), and gives the same
+    result; on torch, or with one thread, it computes at once on the caller's thread."""
+    import threading
+
+    from conftest import Backend
+
+    b = Backend(name)
+    x = b.asarray(np.arange(40000.0).reshape(20000, 2))
+    seen = []
+
+    def double(a):
+        seen.append(threading.current_thread().name)
+        return 2 * a
+    for threads in (2, 1):
+        monkeypatch.setattr(_compat.control, "THREADS", threads)
+        seen.clear()
+        handle = _compat.in_background(lambda: _compat.blockwise(b.xp, double, x), x)
+        out = _compat.background_result(handle)
+        np.testing.assert_array_equal(b.to_numpy(out), 2 * b.to_numpy(x))
+        background = name == "numpy" and threads == 2
+        assert (handle is not out) == background
+        assert len(seen) >= 2                                  # in blocks
+        if background:
+            assert set(seen) == {seen[0]} and seen[0].startswith("sdot-background")
+        else:
+            assert not any(s.startswith("sdot-background") for s in seen)
+
+
+def test_the_solve_computes_the_hiding_fans_during_the_linear_solve(sdot_driver, monkeypatch):
+    """Eagerly on NumPy the Newton step computes the hiding step's fans on the background
+    thread while the host solves for the direction; the solve is the same as with
+    everything on the caller's threads (one worker thread: no background)."""
+    import threading
+
+    import sdot
+    from sdot._core._compat import linalg
+
+    sdot_driver.framework = "numpy"
+    fans, names = hiding.fans, []
+    monkeypatch.setattr(hiding, "fans", lambda *a: names.append(threading.current_thread().name) or fans(*a))
+    rng = np.random.default_rng(2)
+    x = rng.random((3000, 2))
+    monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())   # no factors reused
+    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(np.ones((4, 4))), tol=1e-9)
+    assert len(names) == int(plan.iterations) >= 3
+    assert all(n.startswith("sdot-background") for n in names)
+    monkeypatch.setattr(_compat.control, "THREADS", 1)
+    names.clear()
+    monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())
+    alone = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(np.ones((4, 4))), tol=1e-9)
+    assert names and not any(n.startswith("sdot-background") for n in names)
+    assert int(alone.iterations) == int(plan.iterations)
+    np.testing.assert_array_equal(alone.brenier_potential, plan.brenier_potential)

@@ -258,8 +258,10 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
     def body(state):
         psi, ev, it, err, first = state
         _, norm0 = error(ev.moments)
+        # the hiding step's fans, eagerly on NumPy on another core during the host's sparse solve
+        fans = _compat.in_background(lambda: hiding.fans(xp, prob.seeds, psi, active, ev.cells), psi)
         d = newton_direction(xp, prob, ev, active, targets - ev.moments[:, 0], _linear_rtol(xp, tol, norm0))
-        hidden_at = hiding.hiding_step(xp, prob.seeds, psi, d, active, ev.cells)
+        hidden_at = hiding.hiding_step(xp, prob.seeds, psi, d, active, ev.cells, fans)
         psi, ev, err, t = damped_step(psi, ev, d, norm0, xp.minimum(first, HIDING_MARGIN * hidden_at))
         if log is not None:
             _compat.host_call(log, it + 1, err, t)

@@ -17,7 +17,8 @@ This is the only package of ``sdot._core`` that may import a framework:
 """
 from .arrays import (bucket, capacity, column, dot, first_columns, flat_take, hits, put_rows, row_all, row_any,
                      row_max, row_min, row_sum, segment_sum, select, set_rows, tree_where, true_entries)
-from .control import blockwise, cond, fori_loop, jit_on_jax, slotwise, while_loop
+from .control import (background_result, blockwise, cond, fori_loop, in_background, jit_on_jax, slotwise,
+                      while_loop)
 from .host import host_any, host_call, host_share, is_traced, to_host, to_int
 from .linalg import conjugate_gradient, solve_laplacian
 from .namespaces import namespace
@@ -28,5 +29,5 @@ __all__ = [
     "is_traced", "host_any", "host_share", "bucket", "capacity", "set_rows", "jit_on_jax", "knn", "nearest",
     "delaunay_neighbours", "regular_neighbours", "regular_rings", "solve_laplacian", "conjugate_gradient",
     "namespace", "dot", "first_columns", "flat_take", "blockwise", "slotwise", "select", "true_entries", "put_rows", "hits",
-    "row_sum", "row_max", "row_min", "row_any", "row_all",
+    "row_sum", "row_max", "row_min", "row_any", "row_all", "in_background", "background_result",
 ]
