@@ -9,8 +9,6 @@ while the direction is solved for on the host), then the ``t`` of each
 """
 from __future__ import annotations
 
-import math
-
 import array_api_compat as aac
 
 from . import _compat
