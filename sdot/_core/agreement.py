@@ -68,9 +68,7 @@ def _neighbour_keys(xp, cells, labels, count, n, every):
     if 8 * labels.shape[0] > n:
         near, where = cells, every
     else:
-        needed = pg.neighbour_mask(xp, labels, count, n)
-        found, _ = _compat.true_entries(xp, needed)
-        near = pg.Cells(None, xp.take(cells.labels, found, axis=0), xp.take(cells.count, found), None, None)
+        near, _, needed = pg.neighbour_cells(xp, cells, labels, count)
         where = xp.cumulative_sum(xp.astype(needed, xp.int64)) - 1
     return _keys(xp, near, n)[:, :max(_compat.to_int(xp.max(near.count)), 1)], where
 

@@ -327,6 +327,15 @@ def neighbour_mask(xp, labels, count, n: int, rows_in=None):
     return hits(xp, xp.reshape(xp.where(keep, labels, -1), (-1,)), n)
 
 
+def neighbour_cells(xp, cells, labels, count):
+    """Eagerly, the neighbours of the cells ``(labels, count)`` (rows of some of ``cells``):
+    ``(near, found, needed)``, their :class:`Cells` (``labels`` and ``count`` only), their
+    indices (at least one, see :func:`._compat.true_entries`) and their mask (n,)."""
+    needed = neighbour_mask(xp, labels, count, cells.count.shape[0])
+    found, _ = _compat.true_entries(xp, needed)
+    return Cells(None, xp.take(cells.labels, found, axis=0), xp.take(cells.count, found), None, None), found, needed
+
+
 #: Boolean mask (n,) of the entries ``idx`` (-1 ignored).
 hits = _compat.hits
 

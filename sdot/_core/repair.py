@@ -107,9 +107,7 @@ def table(xp, cells, width=None, rows=None):
     n = cells.count.shape[0]
     if rows is None or 8 * rows.shape[0] > n:
         return neighbours(xp, cells, _width(xp, cells, width))
-    needed, _ = _compat.true_entries(xp, pg.neighbour_mask(
-        xp, xp.take(cells.labels, rows, axis=0), xp.take(cells.count, rows), n))
-    near = pg.Cells(None, xp.take(cells.labels, needed, axis=0), xp.take(cells.count, needed), None, None)
+    near, needed, _ = pg.neighbour_cells(xp, cells, xp.take(cells.labels, rows, axis=0), xp.take(cells.count, rows))
     width = _width(xp, near, width)                 # the degrees of the rows read only
     out = -xp.ones((n, width), dtype=xp.int64, device=aac.device(rows))
     return _compat.put_rows(xp, out, needed, neighbours(xp, near, width))

@@ -191,11 +191,7 @@ def in_background(fn, like):
     box 1e4 solves, paired, median +7 ms in 0.79 s)."""
     if THREADS < 2 or not aac.is_numpy_array(like) or getattr(_in_block, "busy", False):
         return fn()
-    if not _background:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _background.append(ThreadPoolExecutor(1, thread_name_prefix="sdot-background"))
-    return _background[0].submit(_run_block, fn, ())
+    return _executor(_background, 1, "sdot-background").submit(_run_block, fn, ())
 
 
 def background_result(handle):
@@ -206,11 +202,16 @@ def background_result(handle):
 
 
 def _threads():
-    if not _pool:
+    return _executor(_pool, THREADS, "sdot")
+
+
+def _executor(holder, workers, prefix):
+    """The thread pool kept in the list ``holder``, made on first use."""
+    if not holder:
         from concurrent.futures import ThreadPoolExecutor
 
-        _pool.append(ThreadPoolExecutor(THREADS, thread_name_prefix="sdot"))
-    return _pool[0]
+        holder.append(ThreadPoolExecutor(workers, thread_name_prefix=prefix))
+    return holder[0]
 
 
 def _run_block(fn, block):
