@@ -1,15 +1,17 @@
 """Row-selection primitives of ``_compat`` on every backend, against their meaning
-written out in NumPy (JAX, whose sorts are slow on the CPU, takes other code paths:
-prefix sums and a scatter)."""
+written out in NumPy (each backend takes its own code path: NumPy and torch the indices
+of the true entries, JAX, whose sorts are slow on the CPU, prefix sums and a scatter,
+array_api_strict a stable argsort)."""
 import numpy as np
 import pytest
 
 from sdot._core import _compat
 
 
+@pytest.mark.parametrize("share", [0.0, 0.3, 1.0])
 @pytest.mark.parametrize("size", [1, 37, 300, 1000])
-def test_select_puts_the_true_entries_first_in_order(backend, size):
-    mask = np.random.default_rng(1).random(1000) < 0.3
+def test_select_puts_the_true_entries_first_in_order(backend, size, share):
+    mask = np.random.default_rng(1).random(1000) < share
     expected = np.concatenate([np.flatnonzero(mask), np.flatnonzero(~mask)])[:size]
     xp = backend.xp
     order, valid = backend.run(lambda m: _compat.select(xp, m, size), backend.asarray(mask, bool))

@@ -264,3 +264,35 @@ def test_fp32_factors_that_do_not_converge_are_replaced_by_fp64(monkeypatch):
     np.testing.assert_allclose(x, spsolve(dense(rows, cols, w, diag).tocsc(), b), rtol=1e-9)
     cache = linalg._factor_cache
     assert not cache.single and cache.factorisations == 2
+
+
+def test_newton_matrix_is_the_voronoi_laplacian(backend):
+    """At zero weights and a uniform density the Newton matrix's off-diagonal entries are
+    ``|facet ij| / (2 |y_i - y_j|)`` (the facets from scipy's Voronoi diagram of the seeds
+    and their mirror images in the sides of the box, which clips the cells to the box),
+    each pair once per direction, and its diagonal their row sums (plus the regulariser)."""
+    from scipy.spatial import Voronoi
+
+    from sdot._core import geometry, integrate, newton
+
+    xp, n = backend.xp, 150
+    y = np.random.default_rng(7).random((n, 2))
+    expected = np.zeros((n, n))
+    vor = Voronoi(np.concatenate([y, y * [-1, 1], y * [1, -1], [2, 0] - y * [1, -1], [0, 2] + y * [1, -1]]))
+    for (p, q), ridge in zip(vor.ridge_points, vor.ridge_vertices):
+        if p < n and q < n:
+            a, b = vor.vertices[ridge]
+            expected[p, q] = expected[q, p] = np.linalg.norm(a - b) / (2 * np.linalg.norm(y[p] - y[q]))
+
+    def matrix(seeds):
+        active = xp.ones((n,), dtype=xp.bool)
+        lo, hi = xp.asarray([0.0, 0.0], dtype=xp.float64), xp.asarray([1.0, 1.0], dtype=xp.float64)
+        cells = geometry.power_cells(xp, seeds, xp.zeros((n,), dtype=xp.float64), active, lo, hi)
+        moments, facet = integrate.cell_integrals(xp, seeds, cells, xp.ones((1, 1), dtype=xp.float64), lo, hi)
+        return newton._laplacian(xp, seeds, cells, facet, active, moments[:, 0])[:4]
+
+    rows, cols, w, diag = (backend.to_numpy(a) for a in backend.run(matrix, backend.asarray(y)))
+    got = np.zeros((n, n))
+    np.add.at(got, (rows, cols), w)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(diag, expected.sum(axis=1), rtol=1e-8)

@@ -52,7 +52,8 @@ def _host_matrix(rows, cols, weights, diag):
         order = np.argsort(rows, kind="stable")
         rows, cols, weights = rows[order], cols[order], weights[order]
     keep = weights != 0
-    rows, cols, weights = rows[keep], cols[keep], weights[keep]
+    if not np.all(keep):                       # eagerly the solver passes facets only
+        rows, cols, weights = rows[keep], cols[keep], weights[keep]
     n = diag.shape[0]
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=n) + 1, out=indptr[1:])
