@@ -112,3 +112,25 @@ def test_row_reductions_match_their_meaning(backend, width):
     for name, fn in {"any": _compat.row_any, "all": _compat.row_all}.items():
         out = backend.run(lambda f: fn(xp, f), backend.asarray(flags, bool))
         np.testing.assert_array_equal(backend.to_numpy(out), getattr(np, name)(flags, axis=1), err_msg=name)
+
+
+def test_previous_and_next_slots_read_cyclically_within_the_count(backend):
+    """``previous_slots`` / ``next_slots`` give slot ``k - 1`` / ``k + 1`` of each row modulo its
+    count (the polygon's vertices around), for values (n, V) and vertices (n, V, 2)."""
+    from sdot._core import polygons
+
+    rng = np.random.default_rng(4)
+    count = np.array([0, 1, 2, 3, 7, 8, 5])
+    values, verts = rng.integers(-5, 100, (7, 8)), rng.random((7, 8, 2))
+    xp = backend.xp
+
+    def run(v, p, c):
+        return (polygons.previous_slots(xp, v, c), polygons.next_slots(xp, v, c), polygons.previous_slots(xp, p, c))
+
+    got = [backend.to_numpy(a) for a in backend.run(run, backend.asarray(values, np.int64), backend.asarray(verts),
+                                                   backend.asarray(count, np.int64))]
+    for r, c in enumerate(count):
+        ring = np.arange(c)
+        np.testing.assert_array_equal(got[0][r, :c], values[r, (ring - 1) % c])
+        np.testing.assert_array_equal(got[1][r, :c], values[r, (ring + 1) % c])
+        np.testing.assert_array_equal(got[2][r, :c], verts[r, (ring - 1) % c])

@@ -14,7 +14,7 @@ import array_api_compat as aac
 from . import _compat
 
 from . import polygons as pg
-from .polygons import box_cells, clip_by, gather, slots_for
+from .polygons import box_cells, clip_by, slots_for
 from .agreement import unmatched
 from .repair import table
 
@@ -211,10 +211,8 @@ def _polygons(xp, seeds, active, lo, hi, rows, nx, ny, offset, count, old_vertic
     a negative edge length along its line, up to rounding."""
     n, cap = offset.shape
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(count))[None, :]
-    cnt = xp.maximum(count, 1)[:, None]
     valid = k < count[:, None]
-    prev = (k - 1 + cnt) % cnt
-    ax, ay, o_a = gather(nx, prev), gather(ny, prev), gather(offset, prev)
+    ax, ay, o_a = (pg.previous_slots(xp, a, count) for a in (nx, ny, offset))
     det = ax * ny - ay * nx
     safe = xp.where(det > 0, det, 1.0)
     vx = (o_a * ny - offset * ay) / safe
@@ -222,8 +220,7 @@ def _polygons(xp, seeds, active, lo, hi, rows, nx, ny, offset, count, old_vertic
     verts = pg.where_slots(xp, valid, xp.stack([vx, vy], axis=-1), old_vertices)
     scale = _compat.row_max(xp, xp.where(valid, xp.abs(vx) + xp.abs(vy), 0.0))[:, None]
     tol = 64.0 * xp.finfo(verts.dtype).eps * (scale + 1.0) * (scale + 1.0)
-    after = (k + 1) % cnt
-    along = (gather(vx, after) - vx) * -ny + (gather(vy, after) - vy) * nx
+    along = (pg.next_slots(xp, vx, count) - vx) * -ny + (pg.next_slots(xp, vy, count) - vy) * nx
     own_x, own_y = xp.take(seeds[:, 0], rows)[:, None], xp.take(seeds[:, 1], rows)[:, None]
     inside = ((vx >= lo[0] - own_x - tol) & (vx <= hi[0] - own_x + tol)
               & (vy >= lo[1] - own_y - tol) & (vy <= hi[1] - own_y + tol))
@@ -263,10 +260,7 @@ def _flipped_pairs(xp, n, labels, count, flipped):
 @_compat.jit_on_jax()
 def _flip_pairs(xp, labels, count, flipped):
     """Flat ``(gainer, gained, ok)`` of every slot, twice (``ok`` where a flip)."""
-    n, cap = labels.shape
-    k = xp.arange(cap, dtype=xp.int64, device=aac.device(labels))[None, :]
-    cnt = xp.maximum(count, 1)[:, None]
-    p, q = gather(labels, (k - 1 + cnt) % cnt), gather(labels, (k + 1) % cnt)
+    p, q = pg.previous_slots(xp, labels, count), pg.next_slots(xp, labels, count)
     ok = flipped & (p >= 0) & (q >= 0) & (p != q)
     ok = xp.reshape(xp.concat([ok, ok], axis=1), (-1,))
     gainer = xp.reshape(xp.concat([p, q], axis=1), (-1,))

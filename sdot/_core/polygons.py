@@ -75,13 +75,28 @@ def gather(x, idx):
     return xp.reshape(out, tuple(idx.shape) + tuple(x.shape[2:]))
 
 
+def previous_slots(xp, x, count):
+    """``x`` (n, V) or (n, V, 2) at slot ``k - 1`` of each row, cyclically within ``count``:
+    slot 0 reads slot ``count - 1``. A shift and a gather of one column (on NumPy about a
+    third of the time of :func:`gather` at the cyclic indices). The slots from ``count``
+    on read slot ``k - 1``: for callers that ignore them."""
+    last = gather(x, xp.maximum(count, 1)[:, None] - 1)
+    return xp.concat([last, x[:, :-1, ...]], axis=1)
+
+
+def next_slots(xp, x, count):
+    """``x`` (n, V) at slot ``k + 1`` of each row, cyclically within ``count``: slot
+    ``count - 1`` reads slot 0. The slots from ``count`` on read slot ``k + 1`` (the last
+    one slot 0): for callers that ignore them."""
+    k = xp.arange(x.shape[1], dtype=xp.int64, device=aac.device(count))[None, :]
+    return xp.where(k == count[:, None] - 1, x[:, :1], xp.concat([x[:, 1:], x[:, :1]], axis=1))
+
+
 def incoming_labels(xp, labels, count):
     """Label of the edge ending at each vertex slot (slot ``k - 1``, cyclically within
-    ``count``), ``(n, V)``: with ``labels`` (the edge starting there), the two neighbours
-    whose edges meet at the vertex."""
-    k = xp.arange(labels.shape[1], dtype=xp.int64, device=aac.device(labels))[None, :]
-    cnt = xp.maximum(count, 1)[:, None]
-    return gather(labels, (k - 1 + cnt) % cnt)
+    ``count``; see :func:`previous_slots` beyond it), ``(n, V)``: with ``labels`` (the edge
+    starting there), the two neighbours whose edges meet at the vertex."""
+    return previous_slots(xp, labels, count)
 
 
 def offsets(xp, seeds, rows, j):
@@ -120,7 +135,7 @@ def clip_polygons(xp, verts, labels, count, normal, offset, label, skip):
     s = _compat.dot(verts, normal[:, None, :]) - offset[:, None]
     out = valid & (s > 0) & ~skip[:, None]
     changed = _compat.row_any(xp, out)
-    out_prev = gather(out, (k - 1 + cnt) % cnt)
+    out_prev = previous_slots(xp, out, count)
     a = xp.argmax(xp.astype(out & ~out_prev, xp.int8), axis=1)[:, None]
     run = xp.where(valid & ~out, (k - a + cnt) % cnt, cap)   # distance from a of inside vertices
     length = _compat.row_min(xp, run)[:, None]
