@@ -167,7 +167,7 @@ def _laplacian(xp, seeds, cells, facet, active, rhs):
     else:
         rows, cols, w = _facet_entries(xp, seeds, cells, facet)
         diag = _compat.segment_sum(xp, w, rows, n)
-    return _assembled(xp, rows, cols, w, diag, active, rhs)
+    return (rows, cols, w) + _regularised(xp, diag, active, rhs)
 
 
 def _facet_entries(xp, seeds, cells, facet):
@@ -181,9 +181,8 @@ def _facet_entries(xp, seeds, cells, facet):
     slot = xp.nonzero(xp.reshape(is_facet, (-1,)))[0]
     rows = slot // cap
     cols = xp.take(xp.reshape(cells.labels, (-1,)), slot)
-    dx = xp.take(seeds[:, 0], cols) - xp.take(seeds[:, 0], rows)
-    dy = xp.take(seeds[:, 1], cols) - xp.take(seeds[:, 1], rows)
-    dist = xp.sqrt(dx * dx + dy * dy)
+    dx, dy = offsets(xp, seeds, rows, cols[:, None])
+    dist = xp.sqrt(dx[:, 0] * dx[:, 0] + dy[:, 0] * dy[:, 0])
     return rows, cols, xp.take(xp.reshape(facet, (-1,)), slot) / (2.0 * dist)
 
 
@@ -201,11 +200,11 @@ def _facet_weights(xp, seeds, rows, labels, count, facet):
 
 
 @_compat.jit_on_jax()
-def _assembled(xp, rows, cols, w, diag, active, rhs):
-    """:func:`_laplacian`'s entries, the regularised diagonal and the centred rhs."""
+def _regularised(xp, diag, active, rhs):
+    """:func:`_laplacian`'s regularised diagonal and centred right-hand side."""
     scale = xp.sum(diag) / xp.maximum(xp.sum(xp.astype(active, diag.dtype)), 1.0)
     diag = xp.where(active, diag + REGULARISATION * scale, 1.0)
-    return rows, cols, w, diag, _centred(xp, rhs, active)
+    return diag, _centred(xp, rhs, active)
 
 
 def _masked_min(xp, x, mask):
