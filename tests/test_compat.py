@@ -57,7 +57,52 @@ def test_torch_namespace_calls_torch_directly():
              (xp.where(cond, single, x), base.where(cond, single, x))]
     for got, expected in pairs:
         assert got.dtype == expected.dtype and torch.equal(got, expected)
-    assert _compat.namespace(np.zeros(3)) is aac.array_namespace(np.zeros(3))
+    assert _compat.namespace(np.zeros(3)).take is not xp.take
+
+
+def test_numpy_namespace_matches_array_api_compat():
+    """On plain NumPy arrays the solver's namespace calls the array methods or NumPy
+    directly; each of those names gives array_api_compat's values, dtypes and errors
+    (``copy`` handed to it); every other name is array_api_compat's, and other inputs
+    (NumPy scalars, array_api_strict) get the namespace array_api_compat finds."""
+    import array_api_compat as aac
+
+    f = np.array([[0.5, np.nan, -2.0], [3.0, 1.0, 0.0]])
+    s = f.astype(np.float32)
+    b = np.array([[True, False, False], [False, False, False]])
+    i = np.array([[4, -1, 0], [2, 7, 1]], dtype=np.int32)
+    base, xp = aac.array_namespace(f), _compat.namespace(f, b)
+    direct = ("reshape", "asarray", "take", "arange", "zeros", "ones", "full", "astype", "nonzero",
+              "sum", "max", "min", "any", "all", "argmax")
+    assert all(getattr(xp, name) is not getattr(base, name) for name in direct)
+    assert xp.concat is base.concat and xp.where is base.where and xp.__name__ == base.__name__
+    assert _compat.namespace(np.float64(1.0)) is base
+    assert _compat.namespace(np.zeros(2), np.float64(1.0)) is base
+    idx = np.array([1, 0, 1])
+    calls = [("reshape", (f, (3, 2)), {}), ("reshape", (f, (-1,)), {"copy": True}),
+             ("asarray", ([1, 2],), {}), ("asarray", (1.5,), {"dtype": base.float32}),
+             ("asarray", (f,), {"copy": True}), ("asarray", (True,), {"device": "cpu"}),
+             ("take", (f, idx), {"axis": 0}), ("take", (f, idx), {"axis": 1}), ("take", (f[0], idx), {}), ("take", (f, idx), {}),
+             ("arange", (5,), {}), ("arange", (2, 9, 3), {"dtype": base.int64}), ("arange", (1.5, 4.0), {}),
+             ("zeros", ((2, 3),), {"dtype": base.bool}), ("ones", (4,), {}),
+             ("full", ((2,), 7), {}), ("full", ((2,), True), {}), ("full", ((2, 2), 1.5), {"dtype": base.float32}),
+             ("astype", (b, base.int8), {}), ("astype", (f, base.float32), {"copy": False}),
+             ("nonzero", (b,), {}), ("nonzero", (b[0],), {})]
+    for x in (f, s, b, i):
+        for kwargs in ({}, {"axis": 1}, {"axis": 0, "keepdims": True}, {"keepdims": True}):
+            calls += [(name, (x,), kwargs) for name in ("sum", "max", "min", "any", "all", "argmax")]
+    calls += [("sum", (i,), {"dtype": base.int64}), ("sum", (s,), {"axis": 1, "dtype": base.float64})]
+    for name, args, kwargs in calls:
+        got, expected = getattr(xp, name)(*args, **kwargs), getattr(base, name)(*args, **kwargs)
+        for g, e in zip(got, expected) if name == "nonzero" else [(got, expected)]:
+            assert type(g) is type(e) and g.dtype == e.dtype and g.shape == e.shape, (name, args, kwargs)
+            np.testing.assert_array_equal(g, e, err_msg=f"{name}{args}{kwargs}")
+    assert not np.shares_memory(xp.reshape(f, (6,), copy=True), f)
+    assert np.shares_memory(xp.reshape(f, (6,)), f) and np.shares_memory(xp.asarray(f), f)
+    for name, args in [("zeros", ((2,),)), ("arange", (3,)), ("asarray", (1.0,))]:
+        for namespace in (xp, base):
+            with pytest.raises(ValueError):
+                getattr(namespace, name)(*args, device="cuda")
 
 
 def test_torch_namespace_extrema_any_and_reshape_match_array_api_compat():

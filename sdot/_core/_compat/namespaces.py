@@ -7,14 +7,27 @@ versions add a pass over the indices for negative ones, which sdot never takes a
 negative index raises in torch), a dtype promotion that the kernels' operands, of one
 dtype, do not need, a tensor made of each Python scalar operand, and a cast of ``any``'s
 (boolean) result. Measured: box 1e3 on torch 0.22 -> 0.18 s (the first three).
+
+On NumPy, where a solve makes about 19000 namespace calls (box 1e4), the namespace of
+plain ``ndarray`` inputs is found without array_api_compat's inspection of each argument,
+and the calls whose array_api_compat (or NumPy module-level) versions only add argument
+handling go to the array methods or NumPy directly (:class:`_NumpyDirect`): ``reshape``,
+``take``, ``arange``, ``asarray``, ``zeros``, ``ones``, ``full``, ``astype``, ``nonzero``
+and the reductions. Same results bit for bit; measured, paired solves: box 1e4 -9 ms
+(2.6%), box 1e3 -9 ms (9%).
 """
 from __future__ import annotations
 
 import array_api_compat as aac
+import numpy as np
 
 
 def namespace(*arrays):
     """The namespace of ``arrays`` (as :func:`array_api_compat.array_namespace`)."""
+    if all(type(a) is np.ndarray for a in arrays) and arrays:
+        if not _numpy_direct:
+            _numpy_direct.append(_NumpyDirect(aac.array_namespace(*arrays)))
+        return _numpy_direct[0]
     if _torch_direct and all(map(aac.is_torch_array, arrays)):
         return _torch_direct[0]
     xp = aac.array_namespace(*arrays)
@@ -26,6 +39,92 @@ def namespace(*arrays):
 
 
 _torch_direct = []
+_numpy_direct = []
+
+
+def _on_cpu(device):
+    if device is not None and device != "cpu":
+        raise ValueError(f"Unsupported device {device!r}: NumPy arrays are on the cpu")
+
+
+class _NumpyDirect:
+    """array_api_compat's NumPy namespace, with the array methods or NumPy's functions
+    for ``reshape`` and ``asarray`` (without ``copy``), ``take``, ``arange``, ``zeros``,
+    ``ones``, ``full``, ``astype``, ``nonzero``, ``sum``, ``max``, ``min``, ``any``,
+    ``all`` and ``argmax`` (same semantics: array_api_compat's versions only add argument
+    handling, NumPy's module-level ones a dispatch to the method); other names are
+    array_api_compat's."""
+
+    def __init__(self, base):
+        self.__dict__.update({name: getattr(base, name) for name in dir(base)
+                              if not name.startswith("__") and name not in type(self).__dict__})
+        self._base, self.__name__ = base, base.__name__
+
+    def reshape(self, x, /, shape, *, copy=None):
+        return x.reshape(shape) if copy is None else self._base.reshape(x, shape, copy=copy)
+
+    def asarray(self, obj, /, *, dtype=None, device=None, copy=None):
+        if copy is not None:
+            return self._base.asarray(obj, dtype=dtype, device=device, copy=copy)
+        _on_cpu(device)
+        return np.asarray(obj, dtype=dtype)
+
+    @staticmethod
+    def take(x, indices, /, *, axis=None):
+        return x.take(indices) if axis is None else x.take(indices, axis=axis)
+
+    @staticmethod
+    def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
+        _on_cpu(device)
+        return np.arange(start, dtype=dtype) if stop is None else np.arange(start, stop, step, dtype=dtype)
+
+    @staticmethod
+    def zeros(shape, *, dtype=None, device=None):
+        _on_cpu(device)
+        return np.zeros(shape, dtype=dtype)
+
+    @staticmethod
+    def ones(shape, *, dtype=None, device=None):
+        _on_cpu(device)
+        return np.ones(shape, dtype=dtype)
+
+    @staticmethod
+    def full(shape, fill_value, *, dtype=None, device=None):
+        _on_cpu(device)
+        return np.full(shape, fill_value, dtype=dtype)
+
+    @staticmethod
+    def astype(x, dtype, /, *, copy=True, device=None):
+        _on_cpu(device)
+        return x.astype(dtype, copy=copy)
+
+    @staticmethod
+    def nonzero(x, /):
+        return x.nonzero()
+
+    @staticmethod
+    def sum(x, /, *, axis=None, dtype=None, keepdims=False):
+        return x.sum(axis=axis, dtype=dtype, keepdims=keepdims)
+
+    @staticmethod
+    def max(x, /, *, axis=None, keepdims=False):
+        return x.max(axis=axis, keepdims=keepdims)
+
+    @staticmethod
+    def min(x, /, *, axis=None, keepdims=False):
+        return x.min(axis=axis, keepdims=keepdims)
+
+    @staticmethod
+    def any(x, /, *, axis=None, keepdims=False):
+        return x.any(axis=axis, keepdims=keepdims)
+
+    @staticmethod
+    def all(x, /, *, axis=None, keepdims=False):
+        return x.all(axis=axis, keepdims=keepdims)
+
+    @staticmethod
+    def argmax(x, /, *, axis=None, keepdims=False):
+        return x.argmax(axis=axis, keepdims=keepdims)
 
 
 class _TorchDirect:
