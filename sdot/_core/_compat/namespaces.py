@@ -13,8 +13,8 @@ plain ``ndarray`` inputs is found without array_api_compat's inspection of each 
 and the calls whose array_api_compat (or NumPy module-level) versions only add argument
 handling go to the array methods or NumPy directly (:class:`_NumpyDirect`): ``reshape``,
 ``take``, ``arange``, ``asarray``, ``zeros``, ``ones``, ``full``, ``astype``, ``nonzero``
-and the reductions. Same results bit for bit; measured, paired solves: box 1e4 -9 ms
-(2.6%), box 1e3 -9 ms (9%).
+and the reductions. Same results bit for bit; measured, paired solves: box 1e3 -6.7 ms
+(9%), box 1e4 -12 ms (4%; within the noise in another run).
 """
 from __future__ import annotations
 
