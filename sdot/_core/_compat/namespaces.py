@@ -47,18 +47,32 @@ def _on_cpu(device):
         raise ValueError(f"Unsupported device {device!r}: NumPy arrays are on the cpu")
 
 
-class _NumpyDirect:
+class _Direct:
+    """A framework's array_api_compat namespace ``base``, with the subclass's own
+    functions in place of some of its names."""
+
+    def __init__(self, base):
+        # base's names as plain attributes: a __getattr__ per lookup would cost the gain
+        self.__dict__.update({name: getattr(base, name) for name in dir(base)
+                              if not name.startswith("__") and name not in type(self).__dict__})
+        self._base, self.__name__ = base, base.__name__
+
+
+def _reduction(name):
+    """The array method ``name`` as an array-API reduction ``f(x, /, *, axis, keepdims)``."""
+    def reduce(x, /, *, axis=None, keepdims=False):
+        return getattr(x, name)(axis=axis, keepdims=keepdims)
+    reduce.__name__ = name
+    return staticmethod(reduce)
+
+
+class _NumpyDirect(_Direct):
     """array_api_compat's NumPy namespace, with the array methods or NumPy's functions
     for ``reshape`` and ``asarray`` (without ``copy``), ``take``, ``arange``, ``zeros``,
     ``ones``, ``full``, ``astype``, ``nonzero``, ``sum``, ``max``, ``min``, ``any``,
     ``all`` and ``argmax`` (same semantics: array_api_compat's versions only add argument
     handling, NumPy's module-level ones a dispatch to the method); other names are
     array_api_compat's."""
-
-    def __init__(self, base):
-        self.__dict__.update({name: getattr(base, name) for name in dir(base)
-                              if not name.startswith("__") and name not in type(self).__dict__})
-        self._base, self.__name__ = base, base.__name__
 
     def reshape(self, x, /, shape, *, copy=None):
         return x.reshape(shape) if copy is None else self._base.reshape(x, shape, copy=copy)
@@ -106,39 +120,15 @@ class _NumpyDirect:
     def sum(x, /, *, axis=None, dtype=None, keepdims=False):
         return x.sum(axis=axis, dtype=dtype, keepdims=keepdims)
 
-    @staticmethod
-    def max(x, /, *, axis=None, keepdims=False):
-        return x.max(axis=axis, keepdims=keepdims)
-
-    @staticmethod
-    def min(x, /, *, axis=None, keepdims=False):
-        return x.min(axis=axis, keepdims=keepdims)
-
-    @staticmethod
-    def any(x, /, *, axis=None, keepdims=False):
-        return x.any(axis=axis, keepdims=keepdims)
-
-    @staticmethod
-    def all(x, /, *, axis=None, keepdims=False):
-        return x.all(axis=axis, keepdims=keepdims)
-
-    @staticmethod
-    def argmax(x, /, *, axis=None, keepdims=False):
-        return x.argmax(axis=axis, keepdims=keepdims)
+    max, min, any, all, argmax = (_reduction(name) for name in ("max", "min", "any", "all", "argmax"))
 
 
-class _TorchDirect:
+class _TorchDirect(_Direct):
     """array_api_compat's torch namespace, with direct ``take``, ``take_along_axis``
     and ``where`` (non-negative indices; ``where`` of tensors of one dtype, or of a
     tensor and a Python scalar), ``maximum`` and ``minimum`` (of one dtype, or a clamp
     by a Python scalar of the tensor's kind), ``any`` of a boolean tensor and ``reshape``;
     other cases go to array_api_compat."""
-
-    def __init__(self, base):
-        # base's names as plain attributes: a __getattr__ per lookup would cost the gain
-        self.__dict__.update({name: getattr(base, name) for name in dir(base)
-                              if not name.startswith("__") and name not in type(self).__dict__})
-        self._base, self.__name__ = base, base.__name__
 
     @staticmethod
     def take(x, indices, /, *, axis=None):
