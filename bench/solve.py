@@ -1,4 +1,4 @@
-"""Time full solves: ``python -m bench [--n 1000 10000] [--backends numpy torch jax] [--targets box gauss]``.
+"""Time full solves: ``python -m bench [--n 1000 10000] [--backends numpy torch jax] [--targets box gauss] [--repeat 5]``.
 
 One row per (target, N, backend), each run in a fresh process (clean peak
 memory, no shared caches): Newton steps, final residual (max absolute
@@ -9,6 +9,8 @@ JAX runs the whole solve as one compiled program). JAX is timed after a
 warm-up solve of the same shapes (its compile time is printed apart); NumPy and
 torch after a warm-up solve of 100 other Diracs, which imports the modules the
 solver loads on first use (scipy.spatial, scipy.sparse.linalg: about 0.25 s, printed apart).
+With ``--repeat K``, each row runs in K fresh processes and the run of median time is
+printed, with the fastest and slowest times: one run on a shared machine can be 20% off.
 
 Points are uniform in the unit square: ``default_rng(2003)`` for N = 1e3 and
 ``2004`` for 1e4 (the reference cases), ``2000 + log10 N`` otherwise. Targets:
@@ -164,12 +166,28 @@ def _spawn(backend, target, n, tol, timeout):
     return json.loads(lines[-1])
 
 
+def _median_run(runs):
+    """The run of median time (the lower one of an even count) among those that did not
+    fail, with ``spread``: the fastest and slowest times and the count; the first run if
+    all failed."""
+    done = sorted((r for r in runs if "error" not in r), key=lambda r: r["time"])
+    if not done:
+        return runs[0]
+    row = dict(done[(len(done) - 1) // 2])
+    if len(runs) > 1:
+        row["spread"] = (done[0]["time"], done[-1]["time"], len(done))
+    return row
+
+
 def _format(row, reference=None):
     if "error" in row:
         return f"{row['target']:6} {row['n']:8d} {row['backend']:8}  failed: {row['error']}"
     split = " ".join(f"{row[p]:6.2f}" if row.get(p) is not None else "     -" for p in PHASES)
     extra = f"  compile {row['compile']:.1f} s" if row.get("compile") else ""
     extra += f"  warm-up {row['warmup']:.2f} s" if row.get("warmup") else ""
+    if row.get("spread"):
+        low, high, count = row["spread"]
+        extra += f"  median of {count}: {low:.2f} to {high:.2f} s"
     ratio = f"  x{row['time'] / reference:.2f}" if reference else ""
     return (f"{row['target']:6} {row['n']:8d} {row['backend']:8} {row['steps']:5d} {row['residual']:9.1e} "
             f"{row['w2']:.12e} {row['time']:8.2f} {row['rss']:8.0f}   {split}{extra}{ratio}")
@@ -183,6 +201,8 @@ def main(argv=None):
     parser.add_argument("--tol", type=float, default=1e-8,
                         help="max absolute cell-mass error (default 1e-8, as the C++ reference runs)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per row")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="fresh processes per row; the run of median time is printed (default 1)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--backend", help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
@@ -194,7 +214,8 @@ def main(argv=None):
           f"{'time (s)':>8} {'RSS (MB)':>8}   {'neighb':>6} {'cells':>6} {'integr':>6} {'solve':>6}")
     for target in args.targets:
         for n in args.n:
-            rows = [_spawn(b, target, n, args.tol, args.timeout) for b in args.backends]
+            rows = [_median_run([_spawn(b, target, n, args.tol, args.timeout) for _ in range(max(args.repeat, 1))])
+                    for b in args.backends]
             peer = _spawn("pysdot", target, n, args.tol, args.timeout)
             reference = peer.get("time") if "error" not in peer else None
             for row in rows:

@@ -1,0 +1,31 @@
+"""The benchmark's choice of a row among repeated runs (``python -m bench --repeat K``)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository's bench/
+
+from bench.solve import _format, _median_run  # noqa: E402
+
+
+def _run(time, steps=5):
+    return dict(target="box", n=10000, backend="numpy", steps=steps, residual=1e-9, w2=1e-4,
+                time=time, rss=100.0, compile=None)
+
+
+def test_median_run_is_a_whole_run_of_median_time():
+    runs = [_run(0.40, steps=6), _run(0.30, steps=5), _run(0.35, steps=4)]
+    row = _median_run(runs)
+    assert (row["time"], row["steps"]) == (0.35, 4)       # the run's own fields, not mixed
+    assert row["spread"] == (0.30, 0.40, 3)
+    assert "median of 3: 0.30 to 0.40 s" in _format(row)
+
+
+def test_median_run_skips_failures_and_keeps_a_single_run_plain():
+    failed = dict(target="box", n=10000, backend="numpy", error="timeout after 1 s")
+    row = _median_run([failed, _run(0.5), _run(0.2)])
+    assert row["time"] == 0.2                              # the lower median of two
+    assert row["spread"] == (0.2, 0.5, 2)
+    assert "spread" not in _median_run([_run(0.3)])
+    assert _median_run([failed]) is failed
