@@ -207,6 +207,8 @@ def main(argv=None):
     parser.add_argument("--backend", help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     if args.child:
         args.n = args.n[0]
         return _child(args)
@@ -214,7 +216,7 @@ def main(argv=None):
           f"{'time (s)':>8} {'RSS (MB)':>8}   {'neighb':>6} {'cells':>6} {'integr':>6} {'solve':>6}")
     for target in args.targets:
         for n in args.n:
-            rows = [_median_run([_spawn(b, target, n, args.tol, args.timeout) for _ in range(max(args.repeat, 1))])
+            rows = [_median_run([_spawn(b, target, n, args.tol, args.timeout) for _ in range(args.repeat)])
                     for b in args.backends]
             peer = _spawn("pysdot", target, n, args.tol, args.timeout)
             reference = peer.get("time") if "error" not in peer else None
