@@ -7,9 +7,19 @@ views (no copy); under ``jax.jit`` on the CPU a host function runs through
 from __future__ import annotations
 
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import array_api_compat as aac
 import numpy as np
+
+#: The thread that runs the host functions of traced code (scipy's Qhull, cKDTree, SuperLU).
+#: XLA calls ``jax.pure_callback`` functions on its worker threads, which flush denormal
+#: numbers to zero (and threads they start inherit that mode): there scipy's cKDTree build
+#: on 400 points on the sides of a square recursed until the thread's stack overflowed
+#: (a segfault). This thread is started here, at import, so it has the process's default
+#: floating-point environment and stack.
+_HOST_THREAD = ThreadPoolExecutor(1, thread_name_prefix="sdot-host")
+_HOST_THREAD.submit(int).result()
 
 
 def is_traced(*xs) -> bool:
@@ -99,8 +109,11 @@ def host_callback(xp, fn, result_shape, result_dtype, *args):
         if jax.default_backend() != "cpu":
             return None
         spec = jax.ShapeDtypeStruct(result_shape, result_dtype)
-        return jax.pure_callback(lambda *a: np.asarray(fn(*map(np.asarray, a)), dtype=result_dtype),
-                                 spec, *args, vmap_method="sequential")
+
+        def on_host_thread(*a):
+            work = _HOST_THREAD.submit(lambda: np.asarray(fn(*map(np.asarray, a)), dtype=result_dtype))
+            return work.result()
+        return jax.pure_callback(on_host_thread, spec, *args, vmap_method="sequential")
     host = [host_view(a) for a in args]
     if any(h is None for h in host):
         return None
