@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 import time
 from dataclasses import dataclass
 
 import array_api_compat as aac
+import numpy as np
 
 from . import _autodiff, _driver
 from ._core import geometry, gradients, newton, plan
@@ -45,7 +48,10 @@ class OtPlan:
     ``cell_masses`` ``(n,)``, ``brenier_potential`` ``(n,)`` (the Laguerre
     weights psi, mean 0 over the Diracs of positive mass), ``power_diagram``
     (a :class:`PowerDiagram` at the optimal weights), and how the solve went:
-    ``converged``, ``iterations``, ``residual`` (max absolute cell-mass error).
+    ``converged``, ``iterations``, ``residual`` (max absolute cell-mass error) and
+    ``status`` (0: converged; 1: ``max_iter`` reached; 2: stalled, no admissible step;
+    3: the last diagram could not be certified). A partial plan's masses, barycentres
+    and distance are those of its weights' diagram against the density itself.
     """
 
     distance: object
@@ -56,6 +62,7 @@ class OtPlan:
     converged: object
     iterations: object
     residual: object
+    status: object
 
 
 def _check_pair(source, target):
@@ -72,6 +79,47 @@ def _check_pair(source, target):
     return align(source, target)
 
 
+def _check_options(tol, max_iter):
+    """``tol`` (None or a finite number > 0) and ``max_iter`` (an integer >= 0), checked
+    before any work."""
+    if tol is not None:
+        if isinstance(tol, bool) or not isinstance(tol, numbers.Real):
+            raise TypeError(f"tol must be a number > 0 or None, got {type(tol).__name__}")
+        tol = float(tol)
+        if not (math.isfinite(tol) and tol > 0):
+            raise ValueError(f"tol must be a finite number > 0, got {tol}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral):
+        raise TypeError(f"max_iter must be an integer >= 0, got {type(max_iter).__name__} {max_iter!r}")
+    if max_iter < 0:
+        raise ValueError(f"max_iter must be an integer >= 0, got {max_iter}")
+    return tol, int(max_iter)
+
+
+#: Largest distance from the domain, in units of its longest side, of a Dirac the solver
+#: takes: it squares distances and weights (about this squared) in the computation dtype.
+def _max_reach(dtype_max):
+    return math.sqrt(dtype_max) * 1e-4
+
+
+def _check_range(xp, prob):
+    """Eagerly, refuse magnitudes the computation dtype cannot square (a ``ValueError``
+    that says which), before any work."""
+    lo, hi = (_autodiff.detach(a) for a in (prob.lo, prob.hi))
+    side = float(xp.max(hi - lo))
+    finfo = xp.finfo(prob.seeds.dtype)
+    if not math.isfinite(side):
+        raise ValueError("domain: its sides overflow the computation dtype "
+                         f"({prob.seeds.dtype}); rescale the problem")
+    centre = 0.5 * (lo + hi)
+    reach = float(xp.max(xp.abs(_autodiff.detach(prob.seeds) - centre))) / side
+    if not reach <= _max_reach(float(finfo.max)):
+        raise ValueError(f"positions: a Dirac lies {reach:.3g} domain sides from the domain's centre; "
+                         f"the solver squares such distances, which {prob.seeds.dtype} cannot represent "
+                         f"beyond about {_max_reach(float(finfo.max)):.3g}: move or drop it, or rescale")
+    if not math.isfinite(side * side * (reach + 1.0) ** 2):
+        raise ValueError(f"the problem's scale ({side:.3g}) squared overflows {prob.seeds.dtype}: rescale it")
+
+
 def _problem(source, target):
     """The core problem in the computation namespace and dtype (rule 3)."""
     xp = _driver.namespace(source.positions, target.values)
@@ -80,6 +128,7 @@ def _problem(source, target):
     prob = newton.Problem(source.positions, source.masses, target.density, *target.domain)
     if any(_driver.is_tracer(a) for a in prob):
         return xp, prob                     # values unknown: no mass check under tracing
+    _check_range(xp, prob)
     total_m = float(_autodiff.detach(xp.sum(prob.masses)))
     total_rho = float(_autodiff.detach(target.integral) if target.mass is None else target.mass)
     if abs(total_m - total_rho) > 1e-6 * max(abs(total_rho), 1e-300):
@@ -91,11 +140,12 @@ def _problem(source, target):
 _CLOCK = {"start": 0.0}
 
 
-def _log_step(step, residual, damping):
+def _log_step(step, residual, damping, width):
     """The ``verbose`` line of one Newton step (a module-level function: a static
     argument of the jitted JAX solve)."""
+    stage = f"  width {float(width):.3g}" if float(width) > 0 else ""
     print(f"sdot newton step {int(step):3d}  residual {float(residual):.3e}  "
-          f"damping {float(damping):.4g}  time {time.perf_counter() - _CLOCK['start']:.3f}s")
+          f"damping {float(damping):.4g}{stage}  time {time.perf_counter() - _CLOCK['start']:.3f}s")
 
 
 def _printer(verbose):
@@ -143,16 +193,73 @@ def optimal_transport_plan(source, target, tol=None, max_iter=100, verbose=False
         with respect to the positions and masses of the Diracs and the values
         of the grid; the other attributes are not.
     """
+    tol, max_iter = _check_options(tol, max_iter)
     source, target = _check_pair(source, target)
     if source.batched:
         raise ValueError("optimal_transport_plan takes one source; use distances() for batches")
     xp, prob = _problem(source, target)
-    tol = default_tolerance() if tol is None else float(tol)
-    out = _solve(xp, prob, tol, int(max_iter), _printer(verbose), raise_on_failure)
+    tol = default_tolerance() if tol is None else tol
+    out, stop = _solve(xp, prob, tol, max_iter, _printer(verbose), raise_on_failure)
     if raise_on_failure and not _driver.is_tracer(out.converged) and not bool(out.converged):
-        raise OtNotConverged(f"no convergence in {int(out.iterations)} Newton steps: residual "
-                             f"{float(out.residual):.3e} > tol {tol:.1e}", out)
+        raise OtNotConverged(_failure(out, stop, tol, max_iter, prob), out)
     return out
+
+
+_STATUS = {0: "converged", 1: "max_iter", 2: "stalled", 3: "uncertified"}
+
+
+def _near_duplicates(prob, tol):
+    """A sentence on the closest distinct Diracs, when the dtype cannot resolve their cells.
+
+    One rounding of the weights (``eps`` times the domain's size squared) moves the facet
+    between Diracs ``delta`` apart by ``eps L^2 / delta``, so their cells' masses are only
+    known to about ``eps L^2 rho h / delta`` (``h`` a cell's size, ``rho`` the density):
+    below ``tol`` only if ``delta`` is above about that divided by ``tol``."""
+    from scipy.spatial import cKDTree
+
+    seeds = _driver._to_host(_autodiff.detach(prob.seeds))
+    keep = _driver._to_host(_autodiff.detach(prob.masses)) > 0
+    pts = np.unique(seeds[keep], axis=0)
+    if len(pts) < 2:
+        return "the Diracs are all at one point"
+    dist, idx = cKDTree(pts).query(pts, k=2)
+    k = int(np.argmin(dist[:, 1]))
+    lo, hi = (_driver._to_host(_autodiff.detach(a)) for a in (prob.lo, prob.hi))
+    side = float(np.max(hi - lo))
+    dens = _driver._to_host(_autodiff.detach(prob.density))
+    contrast = float(dens.max() / max(dens.mean(), np.finfo(float).tiny))
+    eps = float(np.finfo(seeds.dtype).eps)
+    resolved = 4.0 * eps * contrast / (np.sqrt(len(pts)) * tol) * side
+    closest = float(dist[k, 1])
+    if closest > resolved:
+        return "no two Diracs are too close for the dtype to resolve their cells at this tol"
+    return (f"the closest Diracs, at {pts[k].tolist()} and {pts[idx[k, 1]].tolist()}, are {closest:.3g} apart: "
+            f"{prob.seeds.dtype} resolves the masses of cells to tol={tol:.1e} only for Diracs about "
+            f"{resolved:.1g} or more apart; merge such Diracs (exact duplicates are merged) or raise tol")
+
+
+def _failure(plan, stop, tol, max_iter, prob):
+    """Why a solve did not converge, for :class:`OtNotConverged`."""
+    status = _STATUS[int(plan.status)]
+    width, damping = (float(_autodiff.detach(a)) for a in stop)
+    masses = _driver._to_host(_autodiff.detach(plan.cell_masses))
+    wanted = _driver._to_host(_autodiff.detach(prob.masses)) > 0
+    empty = int(((masses <= 0) & wanted).sum())
+    lines = [f"no convergence: residual {float(plan.residual):.3e} > tol {tol:.1e} after "
+             f"{int(plan.iterations)} Newton steps"]
+    if status == "max_iter":
+        lines.append(f"max_iter={max_iter} reached" + (
+            f", the continuation still at width {width:.3g} of the domain (raise max_iter)" if width > 0 else ""))
+    elif status == "stalled":
+        lines.append(f"stalled: no step length kept every cell above its floor and reduced the residual "
+                     f"(last accepted damping {damping:.3g})")
+        lines.append(_near_duplicates(prob, tol))
+    else:
+        lines.append("the last power diagram could not be certified (its cells may overlap or leave gaps): "
+                     "its masses need not sum to the total")
+    if empty:
+        lines.append(f"{empty} Diracs of positive mass have empty cells")
+    return "; ".join(lines) + ". The partial plan is the exception's .plan (converged=False)."
 
 
 def _solve(xp, prob, tol, max_iter, log, nan_on_failure):
@@ -176,11 +283,13 @@ def _solve(xp, prob, tol, max_iter, log, nan_on_failure):
     sol = res["solution"]
     diagram = PowerDiagram._from_solution(cut, _autodiff.released(sol.psi), sol.evaluation.cells,
                                           sol.evaluation.moments, res["active"])
-    return OtPlan(distance=distance, power_diagram=diagram, **{k: res[k] for k in _PLAN_ARRAYS})
+    return (OtPlan(distance=distance, power_diagram=diagram, **{k: res[k] for k in _PLAN_ARRAYS}),
+            (sol.width, sol.damping))
 
 
 #: The arrays of an :class:`OtPlan` besides the distance and the diagram.
-_PLAN_ARRAYS = ("barycenters", "cell_masses", "brenier_potential", "converged", "iterations", "residual")
+_PLAN_ARRAYS = ("barycenters", "cell_masses", "brenier_potential", "converged", "iterations", "residual",
+                "status")
 
 
 def _gradients(inputs, state, needs):

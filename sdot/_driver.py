@@ -255,6 +255,9 @@ def to_array(x, name):
         if xp.isdtype(x.dtype, ("bool", "integral")):
             return xp.astype(x, compute_dtype(xp))
         raise TypeError(f"{name}: expected real numbers, got an array of dtype {x.dtype}")
+    if isinstance(x, np.ma.MaskedArray) and np.ma.is_masked(x):
+        raise TypeError(f"{name}: a masked array with masked entries; sdot would ignore the mask: "
+                        "pass the entries to use (x.compressed(), or x[~x.mask] row by row) or x.filled(value)")
     try:
         host = np.asarray(x)
     except (TypeError, ValueError) as err:

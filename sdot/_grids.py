@@ -57,6 +57,10 @@ def _domain(domain, values):
         _check_values(x, "domain", nonneg=False)
     on_host = isinstance(lo, np.ndarray) and isinstance(hi, np.ndarray)
     ordered = bool(np.all(hi > lo)) if on_host else None  # before tracing can hide values
+    with np.errstate(over="ignore"):
+        if on_host and not np.all(np.isfinite(hi - lo)):
+            raise ValueError("domain: hi - lo overflows (the domain is wider than the dtype represents); "
+                             "rescale the problem")
     xp = namespace(values)
     lo, hi = xp.broadcast_arrays(*(
         xp.asarray(x, dtype=values.dtype, device=device_of(values))

@@ -5,6 +5,10 @@ cell's mass proportional to its own mass, the cell's barycentre and weight.
 Zero-mass Diracs get an empty cell and the weight
 ``min(psi) - D^2`` (D the diameter of the domain and the seeds), which keeps
 their cell empty. Weights are reported with mean 0.
+
+The solve runs in coordinates centred on the domain and scaled by its longest side
+(:func:`normalised`): translating or scaling a problem (by a power of two) gives the
+same computation, bit for bit, and W2^2 changes by the exact factor.
 """
 from __future__ import annotations
 
@@ -17,11 +21,34 @@ def solve_plan(xp, prob, tol, max_iter, log=None, capacity=geometry.CAPACITY):
     ``solution``, the ``active`` mask, the :class:`GradientState` ``state`` and
     ``overflow`` (a cell needed more than ``capacity`` vertices: only under tracing)."""
     rep, active, targets = newton.group_duplicates(xp, prob.seeds, prob.masses)
-    sol = newton.solve(xp, prob, tol, max_iter, active, targets, log=log, capacity=capacity)
+    unit, scale = normalised(xp, prob)
+    sol = newton.solve(xp, unit, tol, max_iter, active, targets, log=log, capacity=capacity)
+    sol = sol._replace(psi=sol.psi * (scale * scale), evaluation=_in_units(xp, sol.evaluation, scale))
     out = _plan_arrays(xp, prob, sol.evaluation.moments, sol.psi, rep, active, targets)
     state = GradientState(sol.evaluation.cells, sol.evaluation.moments, out.pop("psi"), rep, active, targets)
     return dict(out, residual=sol.residual, iterations=sol.iterations, converged=sol.converged,
-                solution=sol, active=active, state=state, overflow=xp.any(sol.evaluation.cells.overflow))
+                solution=sol, active=active, state=state, overflow=xp.any(sol.evaluation.cells.overflow),
+                status=sol.status)
+
+
+@_compat.jit_on_jax()
+def normalised(xp, prob):
+    """``prob`` in coordinates centred on the domain and divided by its longest side L
+    (the density times L^2, so that masses are unchanged), and L."""
+    centre = 0.5 * (prob.lo + prob.hi)
+    scale = xp.max(prob.hi - prob.lo)
+    return prob._replace(seeds=(prob.seeds - centre) / scale, lo=(prob.lo - centre) / scale,
+                         hi=(prob.hi - centre) / scale, density=prob.density * (scale * scale)), scale
+
+
+@_compat.jit_on_jax()
+def _in_units(xp, ev, scale):
+    """An evaluation of :func:`normalised` coordinates in the problem's: vertices (relative
+    to the seeds) times L, first moments times L, second moments times L^2, facet
+    integrals divided by L."""
+    factors = xp.stack([xp.ones_like(scale), scale, scale, scale * scale])
+    return ev._replace(cells=ev.cells._replace(vertices=ev.cells.vertices * scale),
+                       moments=ev.moments * factors[None, :], facet=ev.facet / scale)
 
 
 @_compat.jit_on_jax()
