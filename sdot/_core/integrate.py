@@ -79,17 +79,90 @@ class _Edges:
         shape = xp.asarray(grid_shape, dtype=verts.dtype, device=dev)
         self.scale = shape / (hi - lo)
         self.origin = xp.take(seeds - lo, self.cell, axis=0)
+        self._grid_coordinates(xp, shape)
+
+    def _grid_coordinates(self, xp, shape):
+        """The endpoints in grid coordinates and the grid lines each edge crosses."""
+        self.shape_ = shape
         self.ga = _clamp(xp, (self.origin + self.a) * self.scale, 0.0, shape)
         self.gb = _clamp(xp, (self.origin + self.b) * self.scale, 0.0, shape)
         top = shape - 1.0                     # a point on the upper side is in the last pixel
         fa, fb = xp.minimum(xp.floor(self.ga), top), xp.minimum(xp.floor(self.gb), top)
-        cross = xp.where(valid[:, None], xp.abs(fb - fa), 0.0)
+        cross = xp.where(self.valid[:, None], xp.abs(fb - fa), 0.0)
         self.n_cross = xp.astype(cross, xp.int64)                  # (P, 2)
         # the m-th crossed line along each axis: fa + 1 + m going up, fa - m going down
         self.up = self.gb > self.ga
         self.first_line = xp.where(self.up, fa + 1.0, fa)
         den = self.gb - self.ga
         self.den = xp.where(den == 0, 1.0, den)
+
+    def groups(self, xp):
+        """Eagerly, the edges of up to 2 pieces, of 3 or 4, and the pieces of the others as
+        edges of their own (:meth:`pieces`): the piece loop then runs at most 4 rounds,
+        not as many as the longest edge has pieces (cells that cross many pixels: in empty
+        regions, or on fine grids). Traced, all edges at once."""
+        if _compat.is_traced(self.a):
+            return [self]
+        pieces = self.n_cross[:, 0] + self.n_cross[:, 1] + 1
+        if _compat.to_int(xp.max(xp.where(self.valid, pieces, 0))) <= 4:
+            return [self]
+        out = []
+        for low, high in ((0, 2), (2, 4)):
+            idx, ok = _compat.true_entries(xp, self.valid & (pieces > low) & (pieces <= high))
+            if _compat.host_any(xp, ok):
+                out.append(self.subset(xp, idx, ok))
+        idx, ok = _compat.true_entries(xp, self.valid & (pieces > 4))
+        return out + [self.subset(xp, idx, ok).pieces(xp)]
+
+    def pieces(self, xp):
+        """Eagerly, every piece of every edge (its part in one pixel) as an edge of its own:
+        the crossings of each edge with the grid lines, sorted along it."""
+        dev = aac.device(self.a)
+        counts = self.n_cross[:, 0] + self.n_cross[:, 1]                      # crossings per edge
+        total = _compat.to_int(xp.sum(counts))
+        P = counts.shape[0]
+        edge = xp.arange(P, dtype=xp.int64, device=dev)
+        # the crossings: edge of each, rank among its crossings, and the axis of that rank
+        owner = xp.repeat(edge, counts) if total else xp.zeros((0,), dtype=xp.int64, device=dev)
+        start = xp.cumulative_sum(counts) - counts
+        rank = xp.arange(total, dtype=xp.int64, device=dev) - xp.take(start, owner)
+        nx = xp.take(self.n_cross[:, 0], owner)
+        axis = xp.astype(rank >= nx, xp.int64)
+        m = rank - axis * nx
+        line = xp.take(xp.reshape(self.first_line, (-1,)), owner * 2 + axis)
+        sign = 2.0 * xp.astype(xp.take(xp.reshape(self.up, (-1,)), owner * 2 + axis), self.a.dtype) - 1.0
+        t = (line + sign * xp.astype(m, line.dtype) - xp.take(xp.reshape(self.ga, (-1,)), owner * 2 + axis)) \
+            / xp.take(xp.reshape(self.den, (-1,)), owner * 2 + axis)
+        t = _clamp(xp, t, 0.0, 1.0)
+        # breakpoints of every edge: 0, its crossings, 1, sorted along the edge
+        owner = xp.concat([edge, owner, edge])
+        t = xp.concat([xp.zeros((P,), dtype=t.dtype, device=dev), t, xp.ones((P,), dtype=t.dtype, device=dev)])
+        order = xp.argsort(t, stable=True)
+        order = xp.take(order, xp.argsort(xp.take(owner, order), stable=True))
+        owner, t = xp.take(owner, order), xp.take(t, order)
+        last = xp.concat([owner[1:] != owner[:-1], xp.ones((1,), dtype=xp.bool, device=dev)])
+        keep = xp.nonzero(~last)[0]                                          # piece [t_k, t_k+1]
+        owner = xp.take(owner, keep)
+        t0, t1 = xp.take(t, keep), xp.take(t, keep + 1)
+        a, b = xp.take(self.a, owner, axis=0), xp.take(self.b, owner, axis=0)
+        sub = object.__new__(_Edges)
+        sub.n, sub.cap, sub.scale = self.n, self.cap, self.scale
+        sub.slot, sub.cell, sub.origin = (xp.take(v, owner, axis=0) for v in (self.slot, self.cell, self.origin))
+        sub.valid = xp.take(self.valid, owner)
+        sub.a, sub.b = a + t0[:, None] * (b - a), a + t1[:, None] * (b - a)
+        sub._grid_coordinates(xp, self.shape_)
+        return sub
+
+    def subset(self, xp, idx, ok):
+        """The edges ``idx`` (those where ``ok``; the others are padding)."""
+        sub = object.__new__(_Edges)
+        sub.__dict__.update(self.__dict__)
+        for name, value in self.__dict__.items():
+            if name not in ("n", "cap", "scale", "shape_", "valid"):
+                sub.__dict__[name] = xp.take(value, idx, axis=0)
+        sub.valid = xp.take(self.valid, idx) & ok
+        sub.n_cross = xp.where(sub.valid[:, None], sub.n_cross, 0)
+        return sub
 
     def crossing(self, xp, m):
         """Edge parameter ``t`` of the m-th crossing along each axis (1 when exhausted)."""
@@ -103,10 +176,10 @@ class _Edges:
         return _compat.segment_sum(xp, xp.where(self.valid, values, 0.0), self.cell, self.n)
 
     def per_slot(self, xp, values):
-        """Per-edge ``values`` (P,) as ``(n, V)``, zero on empty slots."""
-        full = xp.zeros((self.n * self.cap,), dtype=values.dtype, device=aac.device(values))
-        return xp.reshape(_compat.put_rows(xp, full, self.slot, xp.where(self.valid, values, 0.0)),
-                          (self.n, self.cap))
+        """Per-edge ``values`` (P,) as ``(n, V)``, zero on empty slots (summed over the
+        pieces of an edge, see :meth:`pieces`)."""
+        values = xp.where(self.valid, values, 0.0)
+        return xp.reshape(_compat.segment_sum(xp, values, self.slot, self.n * self.cap), (self.n, self.cap))
 
 
 class Piece(NamedTuple):
@@ -189,7 +262,16 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
 def _cell_integrals(xp, seeds, vertices, count, density, tables, lo, hi):
     """:func:`cell_integrals` of the cells ``(vertices, count)`` of ``seeds`` (``tables``:
     the flattened :func:`prefix_tables` of ``density``)."""
-    e = _Edges(xp, seeds, vertices, count, lo, hi, density.shape)
+    edges = _Edges(xp, seeds, vertices, count, lo, hi, density.shape)
+    moments, facet = None, None
+    for e in edges.groups(xp):
+        m, f = _edge_integrals(xp, seeds, e, density, tables, lo, hi)
+        moments, facet = (m, f) if moments is None else (moments + m, facet + f)
+    return moments, facet
+
+
+def _edge_integrals(xp, seeds, e, density, tables, lo, hi):
+    """:func:`_cell_integrals` of the edges ``e``."""
     grid = _Grid(xp, seeds, e, density.shape, lo, hi)
     sx, flat_density = grid.sx, xp.reshape(density, (-1,))
 

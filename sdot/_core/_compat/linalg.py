@@ -13,7 +13,7 @@ from .host import host_callback
 from .ordering import nested_dissection
 
 
-def solve_laplacian(xp, rows, cols, weights, diag, rhs, rtol=None, points=None):
+def solve_laplacian(xp, rows, cols, weights, diag, rhs, rtol=None, points=None, fresh=None):
     """Solve ``(D - W) x = rhs`` for a sparse symmetric weighted Laplacian.
 
     ``W[rows, cols] += weights`` (entries may repeat), ``D = diag`` (already
@@ -26,17 +26,27 @@ def solve_laplacian(xp, rows, cols, weights, diag, rhs, rtol=None, points=None):
     symmetric mode; FP32 factors from :data:`FP32_FACTORS_FROM` rows), kept for
     the next solve; given the ``points`` (n, dim) of the rows, from
     :data:`NESTED_DISSECTION_FROM` rows the factors are those of the matrix
-    reordered by :func:`.ordering.nested_dissection`.
+    reordered by :func:`.ordering.nested_dissection`. ``fresh`` (a boolean 0-d array):
+    the first solve of a Newton solve, which never uses the factors of another one (the
+    results of a solve do not depend on the solves before it).
     Jacobi-preconditioned conjugate gradient in pure array API where the host is
     not reachable.
     """
     if rtol is None:
         rtol = xp.asarray(CG_RTOL, dtype=rhs.dtype, device=aac.device(rhs))
+    if fresh is None:
+        fresh = xp.asarray(False, device=aac.device(rhs))
 
-    def host(r, c, w, d, b, tol, *pts):
+    def host(r, c, w, d, b, tol, new, *pts):
+        if new:
+            _factor_cache.lu = None
         mat = _host_matrix(r, c, w, d)
-        return _factor_cache.solve(mat, b.astype(np.float64), float(tol), pts[0] if pts else None)
-    args = (rows, cols, weights, diag, rhs, rtol) + (() if points is None else (points,))
+        try:
+            return _factor_cache.solve(mat, b.astype(np.float64), float(tol), pts[0] if pts else None)
+        except (RuntimeError, ValueError, ArithmeticError):     # e.g. SuperLU: "Factor is exactly singular"
+            _factor_cache.lu = None
+            return np.full(b.shape, np.nan)       # the Newton step sees a failed solve and takes no trial
+    args = (rows, cols, weights, diag, rhs, rtol, fresh) + (() if points is None else (points,))
     out = host_callback(xp, host, tuple(rhs.shape), _numpy_dtype(rhs), *args)
     return _solve_cg(xp, rows, cols, weights, diag, rhs, rtol) if out is None else out
 

@@ -39,10 +39,28 @@ def delaunay_neighbours(xp, points):
     if lonely.size and len(host) > 1:
         from scipy.spatial import cKDTree
 
-        k = min(table.shape[1] + 1, len(host))
+        # (collinear inputs have no triangle at all: their cells are strips, cut by the
+        # neighbours on either side, which a few nearest points include)
+        k = min(max(table.shape[1], LONELY_NEIGHBOURS) + 1, len(host))
         near = np.asarray(cKDTree(host).query(host[lonely], k=k)[1]).reshape(lonely.size, k)
+        table = np.pad(table, ((0, 0), (0, max(k + 1 - table.shape[1], 0))), constant_values=-1)
         table[lonely, :k - 1] = near[:, 1:]
+        if lonely.size == len(host):        # no triangle: collinear, or duplicates of collinear points
+            order = np.argsort(host @ _direction(host), kind="stable")
+            before, after = np.roll(order, 1), np.roll(order, -1)
+            before[0], after[-1] = order[0], order[-1]
+            table[order, k - 1], table[order, k] = before, after
     return from_host(xp, table, points)
+
+
+def _direction(p):
+    """The direction of largest spread of the points ``p`` (their line, if collinear)."""
+    centred = p - p.mean(axis=0)
+    return np.linalg.svd(centred, full_matrices=False)[2][0]
+
+
+#: Nearest points taken as candidates for a point in no Delaunay triangle.
+LONELY_NEIGHBOURS = 8
 
 
 def regular_neighbours(xp, points, weights, active):
@@ -88,7 +106,7 @@ def _lower_triangles(p, psi, keep, strict=False):
     keep = keep[_morton_order(p[keep])]
     if psi is None:
         return keep, Delaunay(p[keep]).simplices
-    q = p[keep] - p[keep].mean(axis=0)
+    q = p[keep] - np.median(p[keep], axis=0)    # (not the mean, which a far point drags away)
     hull = ConvexHull(np.column_stack([q, np.sum(q * q, axis=1) - psi[keep]]), qhull_options="Qt")
     lower = hull.equations[:, 2] < 0 if strict else hull.equations[:, 2] <= 0
     return keep, hull.simplices[lower]

@@ -1,0 +1,55 @@
+"""Densities blurred to a width ``s``: the path the solver follows on hard densities.
+
+Where the density vanishes (a shape on a black background, holes, separate blobs), or
+varies by orders of magnitude, the damped Newton method stalls: a cell without mass has
+no row in the Newton matrix, and a cell of low density next to a dense region is moved
+by its linearisation far into it. The solver then first solves for the density blurred
+to a width ``s`` (positive everywhere, smooth at the scale ``s``), and narrows ``s``
+stage after stage down to the density itself (:mod:`.newton`).
+
+The blur of a piecewise-constant density is again piecewise constant on the same grid
+(so its integrals stay exact): each pixel's mass is spread by the logistic kernel
+``k_s(u) = sech(u / 2s)^2 / 4s`` along each axis, averaged over the receiving pixels,
+and the mass that would leave the domain is given back to the pixels inside in
+proportion (each column of the blur matrix sums to one: the total mass is kept). The
+kernel's cumulative distribution is the logistic function and its integral the
+softplus ``s log(1 + exp(u / s))``, so every entry of the matrix is four softplus
+values: elementary operations of every array library.
+"""
+from __future__ import annotations
+
+import array_api_compat as aac
+
+
+def _softplus(xp, u, s):
+    """``s log(1 + exp(u / s))``, without overflow."""
+    z = u / s
+    return s * (xp.maximum(z, 0.0) + xp.log1p(xp.exp(-xp.abs(z))))
+
+
+def blur_matrix(xp, n: int, width, like):
+    """``B[i, j]``: the share of pixel j's mass that the blur of ``width`` (in pixels, a
+    0-d array > 0) puts in pixel i, for a row of ``n`` pixels; columns sum to one."""
+    edges = xp.arange(n + 1, dtype=like.dtype, device=aac.device(like))
+    lo, hi = edges[:-1], edges[1:]
+    c, d = lo[:, None], hi[:, None]             # receiving pixel i = [c, d]
+    a, b = lo[None, :], hi[None, :]             # sending pixel j = [a, b]
+    share = (_softplus(xp, d - a, width) - _softplus(xp, c - a, width)
+             - _softplus(xp, d - b, width) + _softplus(xp, c - b, width))
+    share = xp.maximum(share, 0.0)              # rounding, where the kernel is negligible
+    return share / xp.sum(share, axis=0, keepdims=True)
+
+
+def blurred(xp, density, width, lo, hi):
+    """``density`` (nx, ny) on the box ``[lo, hi]`` blurred to ``width`` (a 0-d array > 0,
+    in units of the domain): the same grid, the same total mass, positive everywhere."""
+    nx, ny = density.shape
+    return blurred_in_pixels(xp, density, width * nx / (hi[0] - lo[0]), width * ny / (hi[1] - lo[1]))
+
+
+def blurred_in_pixels(xp, density, wx, wy):
+    """:func:`blurred` with the width in pixels along each axis."""
+    nx, ny = density.shape
+    bx = blur_matrix(xp, nx, wx, density)
+    by = blur_matrix(xp, ny, wy, density)
+    return xp.matmul(xp.matmul(bx, density), xp.permute_dims(by, (1, 0)))
