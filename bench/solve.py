@@ -14,8 +14,10 @@ printed, with the fastest and slowest times: one run on a shared machine can be 
 
 Points are uniform in the unit square: ``default_rng(2003)`` for N = 1e3 and
 ``2004`` for 1e4 (the reference cases), ``2000 + log10 N`` otherwise. Targets:
-the uniform density ("box") and the 64x64 Gaussian image of the reference
-cases ("gauss"). If ``pysdot`` is importable, it is timed on the same points.
+the uniform density ("box"), the 64x64 Gaussian image of the reference cases
+("gauss"), and 64x64 images that are 0 outside a shape (:func:`target_values`): an
+annulus ("annulus"), two separate discs ("blobs") and the square of the reference case
+square0-2d ("square0"). If ``pysdot`` is importable, it is timed on the same points.
 """
 from __future__ import annotations
 
@@ -44,7 +46,26 @@ def points(n, shift=0):
 
 
 def target_values(name):
-    return np.ones((1, 1)) if name == "box" else np.load(IMAGE)
+    """The target's pixel values: "box" (1x1), "gauss" (the reference image), or a 64x64
+    image of 1 on a shape, 0 elsewhere (pixel centres ``c``): "annulus" ``0.2 < |c - m| <
+    0.4`` (``m`` the centre of the square), "blobs" ``|c - (0.28, 0.3)| < 0.15`` or ``|c -
+    (0.72, 0.7)| < 0.15``, "square0" ``[20:40, 20:40]`` (the reference case square0-2d)."""
+    if name == "box":
+        return np.ones((1, 1))
+    if name == "gauss":
+        return np.load(IMAGE)
+    c = (np.arange(64) + 0.5) / 64
+    x, y = np.meshgrid(c, c, indexing="ij")
+    if name == "annulus":
+        r2 = (x - 0.5) ** 2 + (y - 0.5) ** 2
+        return ((r2 > 0.2 ** 2) & (r2 < 0.4 ** 2)).astype(float)
+    if name == "blobs":
+        return (((x - 0.28) ** 2 + (y - 0.3) ** 2 < 0.15 ** 2) | ((x - 0.72) ** 2 + (y - 0.7) ** 2 < 0.15 ** 2)).astype(float)
+    if name == "square0":
+        img = np.zeros((64, 64))
+        img[20:40, 20:40] = 1.0
+        return img
+    raise ValueError(f"unknown target {name!r}: box, gauss, annulus, blobs or square0")
 
 
 def to_backend(name, a):
@@ -194,10 +215,11 @@ def _format(row, reference=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[1000, 10000, 100000])
     parser.add_argument("--backends", nargs="+", default=["numpy", "torch", "jax"])
-    parser.add_argument("--targets", nargs="+", default=["box", "gauss"])
+    parser.add_argument("--targets", nargs="+", default=["box", "gauss"],
+                        choices=["box", "gauss", "annulus", "blobs", "square0"])
     parser.add_argument("--tol", type=float, default=1e-8,
                         help="max absolute cell-mass error (default 1e-8, as the C++ reference runs)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per row")

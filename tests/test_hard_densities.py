@@ -1,0 +1,317 @@
+"""Densities users bring: zero backgrounds, holes, separate blobs, thin bridges, Diracs
+outside the support, far away, clustered, on lines; and honest failures.
+
+Ground truth never comes from sdot: the C++ reference case ``square0-2d``, closed forms by
+symmetry, and :func:`reference.certify` (the cells of the returned weights computed with
+scipy and integrated exactly pixel by pixel: a power diagram whose cells hold the target
+masses is the optimal transport, so it certifies W2^2).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import sdot
+from reference import certify
+
+DATA = Path(__file__).parent / "data"
+REF_SQUARE0 = 0.08013515052227282
+
+
+def grid_coordinates(n):
+    c = (np.arange(n) + 0.5) / n
+    return np.meshgrid(c, c, indexing="ij")
+
+
+def annulus(n=16, inner=0.2, outer=0.4):
+    x, y = grid_coordinates(n)
+    r2 = (x - 0.5) ** 2 + (y - 0.5) ** 2
+    return ((r2 < outer ** 2) & (r2 > inner ** 2)).astype(float)
+
+
+def solve(backend, points, img, weights=None, domain=None, **options):
+    x = backend.asarray(points)
+    src = sdot.SumOfDiracs(x) if weights is None else sdot.SumOfWeightedDiracs(x, backend.asarray(weights))
+    grid = sdot.Grid(backend.asarray(img), domain=domain)
+    return backend.run(lambda s, g: sdot.optimal_transport_plan(s, g, raise_on_failure=False, **options), src, grid)
+
+
+def check_certified(backend, plan, points, img, weights=None, rel=1e-9):
+    """Converged, and the cells of its weights (computed without sdot) hold the targets."""
+    assert bool(plan.converged), f"status {int(plan.status)}, residual {float(plan.residual):.2e}"
+    psi = backend.to_numpy(plan.brenier_potential)
+    masses, cost = certify(np.asarray(points, float), psi, img)
+    target = np.full(len(points), 1 / len(points)) if weights is None else np.asarray(weights) / np.sum(weights)
+    np.testing.assert_allclose(masses, target, atol=1e-9)
+    assert float(plan.distance) == pytest.approx(cost, rel=rel)
+
+
+# --------------------------------------------------------------- reference case
+@pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
+def test_square_on_zero_background_matches_the_cpp_solver(sdot_driver, name):
+    """``square0-2d``: 2000 uniform Diracs, 90% of them where the density is 0."""
+    from conftest import Backend
+
+    backend = Backend(name)
+    sdot_driver.framework = backend.framework
+    plan = solve(backend, np.load(DATA / "points_2d_2000_r0.npy"), np.load(DATA / "image_square0_64.npy"))
+    assert bool(plan.converged) and float(plan.residual) <= 1e-10
+    assert float(plan.distance) == pytest.approx(REF_SQUARE0, rel=1e-9)
+    assert int(plan.iterations) <= 15
+
+
+# ------------------------------------------------------------------ closed forms
+def quadrant_cost(img, diracs):
+    """W2^2 when Dirac k takes quadrant k of the unit square (mass 1/4 each, by symmetry):
+    the second moments of the pixels of each quadrant about its Dirac, exactly."""
+    n = img.shape[0]
+    e = np.linspace(0.0, 1.0, n + 1)
+    rho = img / (img.sum() / n ** 2)
+    total = 0.0
+    for (qx, qy), y in diracs.items():
+        sx = slice(0, n // 2) if qx == 0 else slice(n // 2, n)
+        sy = slice(0, n // 2) if qy == 0 else slice(n // 2, n)
+        ex, ey = e[sx.start:sx.stop + 1], e[sy.start:sy.stop + 1]
+        mx = ((ex[1:] - y[0]) ** 3 - (ex[:-1] - y[0]) ** 3) / 3
+        my = ((ey[1:] - y[1]) ** 3 - (ey[:-1] - y[1]) ** 3) / 3
+        dx, dy = np.diff(ex), np.diff(ey)
+        total += (rho[sx, sy] * (mx[:, None] * dy[None, :] + dx[:, None] * my[None, :])).sum()
+    return total
+
+
+@pytest.mark.parametrize("where", [0.3, 0.5, 3.0])
+def test_four_diracs_around_a_symmetric_support(eager_backend, where):
+    """Four Diracs placed symmetrically (inside the hole of an annulus, at the corners of
+    the domain, far outside it) take one quadrant each: W2^2 in closed form."""
+    img = annulus(16)
+    diracs = {(qx, qy): np.array([0.5 + (where if qx else -where), 0.5 + (where if qy else -where)])
+              for qx in (0, 1) for qy in (0, 1)}
+    pts = np.array(list(diracs.values()))
+    plan = solve(eager_backend, pts, img)
+    assert bool(plan.converged)
+    assert float(plan.distance) == pytest.approx(quadrant_cost(img, diracs), rel=1e-10)
+
+
+# ------------------------------------------------------------- generated cases
+def masks(n=16):
+    """Unions of 1 to 3 disks, rectangles, rings and one-pixel bars, on an n x n grid."""
+    x, y = grid_coordinates(n)
+    shape = st.tuples(st.sampled_from(["disk", "rect", "ring", "bar"]), st.floats(0.1, 0.9), st.floats(0.1, 0.9),
+                      st.floats(0.08, 0.3), st.floats(0.08, 0.3))
+
+    def draw(shapes):
+        img = np.zeros((n, n))
+        for kind, cx, cy, a, b in shapes:
+            r2 = (x - cx) ** 2 + (y - cy) ** 2
+            if kind == "disk":
+                img[r2 < a ** 2] = 1.0
+            elif kind == "ring":
+                img[(r2 < (a + 0.1) ** 2) & (r2 > a ** 2)] = 1.0
+            elif kind == "rect":
+                img[(np.abs(x - cx) < a) & (np.abs(y - cy) < b)] = 1.0
+            else:
+                img[int(cx * n), int((cy - a) * n):int((cy + a) * n) + 1] = 1.0
+        return img
+    return st.lists(shape, min_size=1, max_size=3).map(draw).filter(lambda img: img.sum() > 0)
+
+
+def dirac_sets(n):
+    """Uniform in the domain, outside it, clustered, or far away; distinct positions."""
+    def draw(args):
+        kind, seed = args
+        rng = np.random.default_rng(seed)
+        if kind == "uniform":
+            return rng.random((n, 2))
+        if kind == "outside":
+            return rng.random((n, 2)) * 0.8 + np.array([1.1, -0.4])
+        if kind == "clustered":
+            return 0.3 + 0.02 * rng.standard_normal((n, 2))
+        return rng.random((n, 2)) - 20.0
+    return st.tuples(st.sampled_from(["uniform", "outside", "clustered", "far"]), st.integers(0, 2 ** 16)).map(draw)
+
+
+def hard(examples):
+    return settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+                    derandomize=True, database=None, max_examples=examples)
+
+
+@hard(25)
+@given(img=masks(), points=dirac_sets(24), background=st.sampled_from([0.0, 1e-12]))
+def test_generated_supports_numpy(img, points, background):
+    from conftest import Backend
+
+    backend = Backend("numpy")
+    sdot.driver.framework = "numpy"
+    img = np.where(img > 0, img, background)
+    check_certified(backend, solve(backend, points, img), points, img)
+
+
+@pytest.mark.parametrize("name", ["torch", "jax", "array_api_strict"])
+@hard(4)
+@given(img=masks(), points=dirac_sets(12))
+def test_generated_supports_other_backends(sdot_driver, name, img, points):
+    """Fewer examples, one shape (JAX compiles once)."""
+    from conftest import Backend
+
+    backend = Backend(name)
+    sdot_driver.framework = backend.framework
+    check_certified(backend, solve(backend, points, img), points, img)
+
+
+def test_zero_background_under_jit(sdot_driver):
+    """The continuation runs inside ``jax.jit`` too."""
+    from conftest import Backend
+
+    backend = Backend("jax-jit")
+    sdot_driver.framework = backend.framework
+    pts = np.random.default_rng(4).random((40, 2))
+    img = annulus(16)
+    plan = solve(backend, pts, img)
+    check_certified(backend, plan, pts, img)
+
+
+def test_weighted_diracs_over_six_decades(eager_backend):
+    rng = np.random.default_rng(2)
+    pts = rng.random((30, 2))
+    w = 10 ** rng.uniform(-6, 0, 30)
+    img = annulus(16)
+    check_certified(eager_backend, solve(eager_backend, pts, img, weights=w), pts, img, weights=w)
+
+
+@pytest.mark.parametrize("kind", ["collinear", "boundary", "lattice", "repeated"])
+def test_degenerate_dirac_sets(eager_backend, kind):
+    rng = np.random.default_rng(3)
+    t = rng.random(40)
+    pts = {"collinear": np.stack([t, 0.3 + 0.4 * t], 1),
+           "boundary": np.concatenate([np.stack([t[:10], 0 * t[:10]], 1), np.stack([1 + 0 * t[:10], t[10:20]], 1),
+                                       np.stack([t[20:30], 1 + 0 * t[20:30]], 1), np.stack([0 * t[:10], t[30:]], 1)]),
+           "lattice": np.stack(np.meshgrid(np.arange(8) / 7, np.arange(5) / 4, indexing="ij"), -1).reshape(-1, 2),
+           "repeated": np.repeat(rng.random((8, 2)), 5, axis=0)}[kind]
+    img = annulus(16)
+    plan = solve(eager_backend, pts, img)
+    assert bool(plan.converged)
+    masses = eager_backend.to_numpy(plan.cell_masses)
+    np.testing.assert_allclose(masses, 1 / 40, atol=1e-9)
+    if kind != "repeated":                 # exact duplicates share a cell: certify distinct seeds only
+        check_certified(eager_backend, plan, pts, img)
+
+
+# ---------------------------------------------------------------- invariances
+@pytest.mark.parametrize("offset", [1e4, 1e6])
+def test_translation_changes_nothing(eager_backend, offset):
+    """A problem translated with its domain gives the same W2^2 to 1e-12: the solve runs in
+    coordinates centred on the domain (the translated positions, rounded, are compared
+    with the same rounded positions at the origin)."""
+    pts = np.random.default_rng(5).random((60, 2))
+    img = annulus(16)
+    moved = pts + offset
+    far = solve(eager_backend, moved, img, domain=((offset, offset), (offset + 1, offset + 1)))
+    near = solve(eager_backend, moved - offset, img)
+    assert bool(far.converged) and bool(near.converged)
+    assert float(far.distance) == pytest.approx(float(near.distance), rel=1e-12)
+
+
+@pytest.mark.parametrize("scale", [2.0 ** -20, 2.0 ** 20, 1e3])
+def test_scaling_multiplies_w2_by_the_square(eager_backend, scale):
+    pts = np.random.default_rng(6).random((60, 2))
+    img = annulus(16)
+    unit = solve(eager_backend, pts, img)
+    big = solve(eager_backend, pts * scale, img, domain=((0.0, 0.0), (scale, scale)))
+    assert float(big.distance) / scale ** 2 == pytest.approx(float(unit.distance), rel=1e-12)
+
+
+# --------------------------------------------------------------- honest failures
+@pytest.mark.parametrize("options, error", [
+    (dict(tol=float("nan")), ValueError), (dict(tol=0.0), ValueError), (dict(tol=-1.0), ValueError),
+    (dict(tol="abc"), TypeError), (dict(max_iter=-1), ValueError), (dict(max_iter=2.7), TypeError),
+    (dict(max_iter=None), TypeError), (dict(max_iter=True), TypeError)])
+def test_options_are_validated_before_any_work(options, error):
+    sdot.driver.framework = "numpy"
+    with pytest.raises(error):
+        sdot.distance(sdot.SumOfDiracs(np.random.default_rng(0).random((5, 2))), sdot.Grid(np.ones((2, 2))),
+                      **options)
+
+
+def test_masked_arrays_are_refused():
+    x = np.ma.masked_array(np.random.default_rng(0).random((5, 2)))
+    x[2, 0] = np.ma.masked
+    with pytest.raises(TypeError, match="mask"):
+        sdot.SumOfDiracs(x)
+
+
+@pytest.mark.parametrize("points, domain", [
+    (np.array([[0.5, 0.5], [1e200, 0.0]]), None),
+    (np.array([[0.5, 0.5], [0.2, 0.1]]), ((-1e308, -1e308), (1e308, 1e308)))])
+def test_magnitudes_beyond_the_dtype_are_refused(points, domain):
+    sdot.driver.framework = "numpy"
+    with pytest.raises(ValueError, match="rescale|represent"):
+        sdot.distance(sdot.SumOfDiracs(points), sdot.Grid(np.ones((2, 2)), domain=domain))
+
+
+def test_a_failed_solve_says_why_and_reports_a_consistent_plan():
+    sdot.driver.framework = "numpy"
+    pts = np.random.default_rng(7).random((60, 2))
+    with pytest.raises(sdot.OtNotConverged, match="max_iter=2 reached") as err:
+        sdot.optimal_transport_plan(sdot.SumOfDiracs(pts), sdot.Grid(annulus(16)), max_iter=2)
+    plan = err.value.plan
+    assert not bool(plan.converged) and int(plan.status) == 1
+    masses, cost = certify(pts, np.asarray(plan.brenier_potential), annulus(16))
+    np.testing.assert_allclose(np.asarray(plan.cell_masses), masses, atol=1e-12)    # the density itself
+    assert float(plan.distance) == pytest.approx(cost, rel=1e-10)
+
+
+# ----------------------------------------------------------------------- crashes
+CRASH_SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import sdot
+    name = sys.argv[1]
+    k = 16
+    t = np.arange(k) / k
+    sets = {
+        "boundary": np.concatenate([np.stack([t, 0 * t], 1), np.stack([1 + 0 * t, t], 1),
+                                    np.stack([1 - t, 1 + 0 * t], 1), np.stack([0 * t, 1 - t], 1)]),
+        "collinear": np.stack([np.linspace(0, 1, 64), np.linspace(0.2, 0.6, 64)], 1),
+        "lattice": np.stack(np.meshgrid(np.arange(8) / 7, np.arange(8) / 7, indexing="ij"), -1).reshape(-1, 2),
+        "repeated": np.repeat(np.random.default_rng(0).random((32, 2)), 2, axis=0),
+    }
+    if name == "torch":
+        import torch
+        torch.set_num_threads(1)
+        convert = torch.from_numpy
+    elif name.startswith("jax"):
+        import jax
+        import jax.numpy as jnp
+        jax.config.update("jax_enable_x64", True)
+        convert = jnp.asarray
+    else:
+        convert = np.asarray
+    sdot.driver.framework = {"jax-jit": "jax"}.get(name, name)
+    img = convert(np.ones((8, 8)))
+
+    def run(x, g):
+        return sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(g), raise_on_failure=False).distance
+    solve = jax.jit(run) if name == "jax-jit" else run
+    for kind, x in sets.items():
+        value = float(solve(convert(x), img))
+        assert np.isfinite(value), (kind, value)
+    print("ok")
+""")
+
+
+@pytest.mark.parametrize("name", ["numpy", "torch", "jax", "jax-jit"])
+def test_degenerate_inputs_do_not_crash_the_process(tmp_path, name):
+    """Points on the sides of the box, on a line, on a lattice, duplicated, in a subprocess:
+    a crash (XLA's callback threads once segfaulted in scipy's k-d tree) fails the test."""
+    script = tmp_path / "degenerate.py"
+    script.write_text(CRASH_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), name], capture_output=True, text=True, timeout=900,
+                          env={**__import__("os").environ, "XLA_FLAGS": "--xla_backend_optimization_level=0"})
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
+    assert done.stdout.strip().endswith("ok")
