@@ -1,7 +1,8 @@
 """Every ```python block of docs/*.md and README.md runs.
 
 The blocks of one file run in order, in one namespace, in a fresh interpreter
-(as a reader would run them) with a temporary working directory. A block is
+(as a reader would run them) with a temporary working directory, on the NumPy driver
+except the files of :data:`DEFAULT_DRIVER`. A block is
 skipped only if its info string is ``python no-run``.
 """
 import json
@@ -15,6 +16,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "docs").glob("*.md")) + [p for p in [ROOT / "README.md"] if p.exists()]
+#: Files whose blocks run with the driver's default framework (JAX when installed); the
+#: others run NumPy inputs on the NumPy driver (torch and JAX inputs keep their framework).
+DEFAULT_DRIVER = {"backends.md", "README.md", "getting-started.md"}
 FENCE = re.compile(r"^(?P<indent> *)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`]*)$")
 
 RUNNER = r"""
@@ -65,6 +69,10 @@ def test_doc_examples_run(path, tmp_path):
         pytest.skip(f"{path.name} has no python block")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SDOT_")}
     env.update(MPLBACKEND="Agg", PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
+    if path.name not in DEFAULT_DRIVER:
+        # NumPy inputs on the NumPy driver: JAX's compile of each new shape (about 15 s)
+        # is the driver's business, tested where the driver is documented
+        env["SDOT_FRAMEWORK"] = "numpy"
     proc = subprocess.run([sys.executable, "-c", RUNNER], input=json.dumps([str(path), blocks]),
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-5000:]

@@ -228,8 +228,10 @@ def test_batches_equal_a_loop_and_vmap():
     d_jax = sdot.distance(sdot.BatchOfSumOfDiracs(jnp.asarray(x)), sdot.Grid(jnp.asarray(img)))
     assert tuple(d_torch.shape) == tuple(d_jax.shape) == (3,)
     loop = [float(sdot.distance(sdot.SumOfDiracs(x[i]), sdot.Grid(img))) for i in range(3)]
-    np.testing.assert_allclose(d_torch.numpy(), loop, rtol=1e-10)
-    np.testing.assert_allclose(np.asarray(d_jax), loop, rtol=1e-10)
+    # each solve stops somewhere within its tolerance (cell masses to 1e-8, trajectories
+    # differ between frameworks): W2^2 agrees to about 1e-10 of itself
+    np.testing.assert_allclose(d_torch.numpy(), loop, rtol=1e-9)
+    np.testing.assert_allclose(np.asarray(d_jax), loop, rtol=1e-9)
     xt = torch.tensor(x, requires_grad=True)
     sdot.distance(sdot.BatchOfSumOfDiracs(xt), sdot.Grid(img)).sum().backward()
     gj = jax.grad(lambda p: jnp.sum(sdot.distance(sdot.BatchOfSumOfDiracs(p), sdot.Grid(jnp.asarray(img)))))(

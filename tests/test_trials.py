@@ -107,7 +107,7 @@ def test_first_trials_stay_below_the_hiding_step(name, sdot_driver, monkeypatch)
         return out
     monkeypatch.setattr(hiding, "hiding_step", hiding_step)
     monkeypatch.setattr(newton, "solve", lambda *a, **k: solve(
-        *a, **dict(k, log=lambda it, err, t: steps.append(float(backend.to_numpy(t))))))
+        *a, **dict(k, log=lambda it, err, t, width: steps.append(float(backend.to_numpy(t))))))
     calls, runs = [], {}
     counted(monkeypatch, calls, newton, "evaluate")
     for margin in (np.inf, newton.HIDING_MARGIN):

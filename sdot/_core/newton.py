@@ -17,10 +17,13 @@ Gaussian image at 1e5 (4 point sets): 11 to 13 steps and 14 to 20 diagrams, agai
 
 Exact duplicates are merged (one active representative carries the group's
 mass) and zero-mass Diracs are inactive, so every active cell has a positive
-target. The start is the Voronoi diagram (psi = 0); if a cell is then empty
-(Dirac outside the support, or in a zero-density region) the seeds are shrunk
-towards the densest pixel: ``psi_i = |y_i - c|^2 (1 - 1/s)`` gives the
-Voronoi diagram of ``c + (y_i - c) / s``, and s doubles until all cells have mass.
+target. The start is the Voronoi diagram (psi = 0) if every cell holds 1% of its target.
+Otherwise (Diracs outside the support, zero regions, holes, separate pieces) the
+solve starts from the better of Voronoi and a similarity into the support's box
+(:func:`similarity_weights`) against the density blurred by
+:mod:`.continuation`, positive everywhere, and narrows the blur to 0 as the cells
+allow: every stage starts where each cell holds a share of its target, the
+condition under which the damped Newton method converges.
 """
 from __future__ import annotations
 
@@ -399,15 +402,17 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
             return new, _accept(xp, new.moments, new.cells, active, floor, norm_t, norm0, t)
 
         def cond(state):
-            t, _, ok = state
-            return ~ok & (BACKTRACK * t > min_step)
+            t, _, ok, tried = state
+            return ~tried | (~ok & (BACKTRACK * t > min_step))
 
         def loop_body(state):
-            t = BACKTRACK * state[0]
+            t = xp.where(state[3], BACKTRACK * state[0], state[0])
             del state                   # eagerly, the rejected diagram is freed before the next one
-            return (t,) + trial(t)
+            return (t,) + trial(t) + (xp.asarray(True, device=dev),)
 
-        return _compat.while_loop(cond, loop_body, (t1,) + trial(t1))
+        # the first trial runs in the loop's body too: one diagram in the traced program
+        no = xp.asarray(False, device=dev)
+        return _compat.while_loop(cond, loop_body, (t1, ev, no, no))[:3]
 
     def newton_step(st):
         stage_prob = at_width(st.width)
@@ -444,13 +449,14 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
 
         def search():
             def cond(state):
-                ratio, ok, _ = state
-                return ~ok & (ratio > MIN_RATIO)
+                ratio, ok, _, tried = state
+                return ~tried | (~ok & (ratio > MIN_RATIO))
 
             def body(state):
-                ratio = xp.maximum(xp.sqrt(state[0]), MIN_RATIO)
-                return (ratio,) + at(width_for(ratio))
-            ratio, _, ev = _compat.while_loop(cond, body, (st.ratio,) + at(width_for(st.ratio)))
+                ratio = xp.where(state[3], xp.maximum(xp.sqrt(state[0]), MIN_RATIO), state[0])
+                return (ratio,) + at(width_for(ratio)) + (xp.asarray(True, device=dev),)
+            no = xp.asarray(False, device=dev)
+            ratio, _, ev, _ = _compat.while_loop(cond, body, (st.ratio, no, st.ev, no))
             return width_for(ratio), xp.minimum(2.0 * ratio, MAX_RATIO), ev
 
         ev0 = integrals_at(xp, prob, st.ev.cells, xp.zeros_like(st.width))
