@@ -98,7 +98,8 @@ class Solution(NamedTuple):
     """A solve's weights, their evaluation against the density, the max cell-mass error,
     the Newton steps, whether it converged and why not (``status``: :data:`CONVERGED`,
     :data:`MAX_ITERATIONS`, :data:`STALLED` or :data:`UNSOUND`, a diagram not certified),
-    the width it stopped at and its last damping."""
+    the width it stopped at, its last damping, and whether a trial's cells overflowed their
+    vertex capacity (only under tracing; such trials are rejected)."""
 
     psi: object
     evaluation: object
@@ -108,6 +109,7 @@ class Solution(NamedTuple):
     status: object
     width: object
     damping: object
+    trials_overflowed: object
 
 
 @_compat.jit_on_jax()
@@ -351,7 +353,7 @@ class _Stage(NamedTuple):
     blurred to ``width`` (0: the density itself), the next narrowing ``ratio``, the
     damping's mass ``floor`` for this width, the Newton steps done, the max error against
     the targets, the next first trial ``first``, the last damping ``t`` and how many steps
-    in a row stalled (no trial accepted)."""
+    in a row stalled (no trial accepted), and whether a trial's cells overflowed."""
 
     psi: object
     ev: object
@@ -363,6 +365,7 @@ class _Stage(NamedTuple):
     first: object
     t: object
     stalls: object
+    overflowed: object
 
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.CAPACITY,
@@ -402,17 +405,20 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
             return new, _accept(xp, new.moments, new.cells, active, floor, norm_t, norm0, t)
 
         def cond(state):
-            t, _, ok, tried = state
+            t, _, ok, tried, _ = state
             return ~tried | (~ok & (BACKTRACK * t > min_step))
 
         def loop_body(state):
             t = xp.where(state[3], BACKTRACK * state[0], state[0])
+            overflowed = state[4]
             del state                   # eagerly, the rejected diagram is freed before the next one
-            return (t,) + trial(t) + (xp.asarray(True, device=dev),)
+            new, ok = trial(t)
+            return t, new, ok, xp.asarray(True, device=dev), overflowed | xp.any(new.cells.overflow)
 
         # the first trial runs in the loop's body too: one diagram in the traced program
         no = xp.asarray(False, device=dev)
-        return _compat.while_loop(cond, loop_body, (t1, ev, no, no))[:3]
+        t, new, ok, _, overflowed = _compat.while_loop(cond, loop_body, (t1, ev, no, no, no))
+        return t, new, ok, overflowed
 
     def newton_step(st):
         stage_prob = at_width(st.width)
@@ -425,16 +431,18 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
         hidden_at = hiding.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans)
         t1 = xp.minimum(st.first, HIDING_MARGIN * hidden_at)
         # a failed linear solve gives a non-finite direction: no trial
-        t, new, ok = _compat.cond(xp.all(xp.isfinite(d)), lambda: damped_step(stage_prob, st.psi, st.ev, d, norm0, t1,
-                                                                                st.floor),
-                                  lambda: (xp.zeros_like(t1), st.ev, xp.asarray(False, device=dev)))
+        no = xp.asarray(False, device=dev)
+        t, new, ok, overflowed = _compat.cond(
+            xp.all(xp.isfinite(d)), lambda: damped_step(stage_prob, st.psi, st.ev, d, norm0, t1, st.floor),
+            lambda: (xp.zeros_like(t1), st.ev, no, no))
         psi, ev = _compat.cond(ok, lambda: (st.psi + t * d, new), lambda: (st.psi, st.ev))
         err = error(ev.moments)[0]
         if log is not None:
             _compat.host_call(log, st.it + 1, err, xp.where(ok, t, 0.0), st.width)
         first = xp.minimum(xp.where(t < st.first, DAMPED_GROWTH * t, GROWTH * t), 1.0)   # the next step's
         return st._replace(psi=psi, ev=ev, it=st.it + 1, err=err, first=xp.where(ok, first, st.first),
-                           t=xp.where(ok, t, 0.0), stalls=xp.where(ok, 0, st.stalls + 1))
+                           t=xp.where(ok, t, 0.0), stalls=xp.where(ok, 0, st.stalls + 1),
+                           overflowed=st.overflowed | overflowed)
 
     def narrowed(st):
         """The next width: 0 if the current cells are admissible for the density itself,
@@ -480,7 +488,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
     zero = xp.asarray(0, device=dev)
     one = xp.asarray(1.0, dtype=psi.dtype, device=dev)
     st = _Stage(psi, ev, width, xp.asarray(FIRST_RATIO, dtype=psi.dtype, device=dev), floor_of(ev), zero, err0,
-                one, one, zero)
+                one, one, zero, xp.asarray(False, device=dev))
     st = _compat.while_loop(cond, body, st)
     # a solve stopped before the last width reports the density itself
     ev = _compat.cond(st.width > 0, lambda: integrals_at(xp, prob, st.ev.cells, xp.zeros_like(st.width)),
@@ -491,7 +499,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
     code = lambda c: xp.asarray(c, device=dev)
     status = xp.where(converged, code(CONVERGED), xp.where(~sound, code(UNSOUND), xp.where(
         st.stalls >= STALLS, code(STALLED), code(MAX_ITERATIONS))))
-    return Solution(st.psi, ev, err, st.it, converged, status, st.width, st.t)
+    return Solution(st.psi, ev, err, st.it, converged, status, st.width, st.t, st.overflowed)
 
 
 def _linear_rtol(xp, tol, norm, spread=1.0):

@@ -19,7 +19,8 @@ from .gradients import GradientState
 def solve_plan(xp, prob, tol, max_iter, log=None, capacity=geometry.CAPACITY):
     """Solve ``prob``; a dict of arrays (see :class:`sdot.OtPlan`), with the
     ``solution``, the ``active`` mask, the :class:`GradientState` ``state`` and
-    ``overflow`` (a cell needed more than ``capacity`` vertices: only under tracing)."""
+    ``overflow`` (a cell needed more than ``capacity`` vertices, or a solve that did not
+    converge rejected trials whose cells did: only under tracing)."""
     rep, active, targets = newton.group_duplicates(xp, prob.seeds, prob.masses)
     unit, scale = normalised(xp, prob)
     sol = newton.solve(xp, unit, tol, max_iter, active, targets, log=log, capacity=capacity)
@@ -27,7 +28,7 @@ def solve_plan(xp, prob, tol, max_iter, log=None, capacity=geometry.CAPACITY):
     out = _plan_arrays(xp, prob, sol.evaluation.moments, sol.psi, rep, active, targets)
     state = GradientState(sol.evaluation.cells, sol.evaluation.moments, out.pop("psi"), rep, active, targets)
     return dict(out, residual=sol.residual, iterations=sol.iterations, converged=sol.converged,
-                solution=sol, active=active, state=state, overflow=xp.any(sol.evaluation.cells.overflow),
+                solution=sol, active=active, state=state, overflow=xp.any(sol.evaluation.cells.overflow) | (sol.trials_overflowed & ~sol.converged),
                 status=sol.status)
 
 
