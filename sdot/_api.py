@@ -165,7 +165,7 @@ def _jax_solve_plan():
     return jax.jit(run, static_argnames=("tol", "max_iter", "log", "capacity"))
 
 
-def optimal_transport_plan(source, target, tol=None, max_iter=100, verbose=False,
+def optimal_transport_plan(source, target, tol=None, max_iter=300, verbose=False,
                            raise_on_failure=True):
     """Solve the semi-discrete transport from ``source`` (Diracs) to ``target`` (grid).
 
@@ -177,7 +177,7 @@ def optimal_transport_plan(source, target, tol=None, max_iter=100, verbose=False
         Stopping tolerance on ``max_i |cell mass_i - m_i|`` (masses normalised
         to 1). Default 1e-10 in FP64, 1e-5 in FP32.
     max_iter : int
-        Maximum number of Newton steps.
+        Maximum number of Newton steps (all widths of the continuation included).
     verbose : bool
         Print one line per Newton step (step, residual, damping, time).
     raise_on_failure : bool
