@@ -38,6 +38,40 @@ def test_rectangle_cell_by_hand(backend):
     np.testing.assert_allclose(facet, [[0.6, 0.3, 0.6, 0.3, 0.0, 0.0]], atol=1e-15)
 
 
+def exact_polygon_moments(vertices, c):
+    """Mass, first moments and second moment of density ``c`` on the polygon of the given
+    float vertices (relative to the seed), in exact rational arithmetic: the ground truth of
+    the cell the floats describe, rounding of the input included."""
+    from fractions import Fraction as F
+
+    v = [(F(float(x)), F(float(y))) for x, y in vertices]
+    m = mx = my = m2 = F(0)
+    for (ax, ay), (bx, by) in zip(v, v[1:] + v[:1]):
+        w = ax * by - ay * bx
+        m += w / 2
+        mx += w * (ax + bx) / 6
+        my += w * (ay + by) / 6
+        m2 += w * (ax * ax + ax * bx + bx * bx + ay * ay + ay * by + by * by) / 12
+    return [float(F(c) * t) for t in (m, mx, my, m2)]
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (4, 4)], ids=["closed-form", "pixel-walk"])
+def test_cell_far_from_its_seed(backend, shape):
+    """The cell ``[0.2, 0.6] x [0.1, 0.3]`` of a seed at (1e6, 1e6), density 1.5: about the
+    seed, the closed forms cancel terms of 1e12 (the mass came out 2e-4 off and a solve with
+    one Dirac at 1e6 stalled); integrated about the cell, the moments are those of the
+    polygon the (rounded) vertices describe, to 1e-12."""
+    seed = np.array([[1e6, 1e6]])
+    corners = np.array([[0.2, 0.1], [0.6, 0.1], [0.6, 0.3], [0.2, 0.3]]) - seed
+    vertices = np.zeros((1, 6, 2))
+    vertices[0, :4] = corners
+    cells = Cells(vertices, np.array([[-1, -2, -3, -4, -1, -1]]), np.array([4]), np.array([False]),
+                  np.array(True))
+    moments, facet = integrals(backend, seed, cells, np.full(shape, 1.5), np.zeros(2), np.ones(2))
+    np.testing.assert_allclose(moments[0], exact_polygon_moments(corners, 1.5), rtol=1e-12)
+    np.testing.assert_allclose(facet[0, :4], 1.5 * np.array([0.4, 0.2, 0.4, 0.2]), rtol=1e-9)
+
+
 @pytest.mark.parametrize("box", [((0.0, 0.0), (1.0, 1.0)), ((-1.0, 0.5), (2.0, 3.0))], ids=["unit", "shifted"])
 def test_one_pixel_equals_the_pixel_walk_on_a_constant_grid(backend, box, monkeypatch):
     """A power diagram of 200 seeds (half of them hidden, the others of 3 to 13
