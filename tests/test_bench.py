@@ -29,3 +29,33 @@ def test_median_run_skips_failures_and_keeps_a_single_run_plain():
     assert row["spread"] == (0.2, 0.5, 2)
     assert "spread" not in _median_run([_run(0.3)])
     assert _median_run([failed]) is failed
+
+
+def test_hard_cases_are_the_issues_inputs():
+    """``python -m bench.hard``: each case is a valid problem of the kind it names."""
+    import numpy as np
+
+    from bench.hard import CASES, case
+
+    for name in CASES:
+        x, w, img, domain = case(name)
+        assert x.ndim == 2 and x.shape[1] == 2 and np.all(np.isfinite(x))
+        assert img.min() >= 0 and img.sum() > 0
+        assert w is None or (w.shape == (len(x),) and w.min() > 0)
+    assert np.max(case("far")[0]) == 1e6
+    assert len(np.unique(case("repeated")[0], axis=0)) == 40
+    on_sides = case("boundary")[0]
+    assert np.all(np.min(np.minimum(on_sides, 1 - on_sides), axis=1) == 0) and len(np.unique(on_sides, axis=0)) == 400
+    x, _, _, (lo, hi) = case("shifted")
+    assert np.all((x >= lo) & (x <= hi))
+    bridge = case("bridge")[2]
+    assert bridge[24:40, 32].all() and not bridge[24:40, 31].any()     # one pixel wide
+
+
+def test_hard_case_row_in_this_process(sdot_driver):
+    """One row of the hard-case table: a converged solve (repeated Diracs, NumPy)."""
+    from bench.hard import _row, run_one
+
+    row = run_one("numpy", "repeated")
+    assert row["converged"] and row["residual"] <= 1e-10 and row["steps"] >= 1
+    assert _row(row).startswith("| repeated | numpy | ")
