@@ -94,7 +94,7 @@ def run_one(backend, n, repeat):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.gradients", description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10000)
     parser.add_argument("--backends", nargs="+", default=["numpy", "torch", "jax"])
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")

@@ -10,7 +10,9 @@ over the image.
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -61,7 +63,8 @@ def main(argv=None):
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--framework", default="numpy", choices=["numpy", "torch", "jax"])
-    parser.add_argument("--out", default="quantization.png")
+    parser.add_argument("--out", default=str(Path(tempfile.gettempdir()) / "quantization.png"),
+                        help="where to write the picture (default: the temporary folder)")
     args = parser.parse_args(argv)
     sdot.driver.framework = args.framework
     values = image()

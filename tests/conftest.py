@@ -157,3 +157,25 @@ EAGER_BACKENDS = tuple(b for b in BACKENDS if b != "jax-jit")
 def eager_backend(request, sdot_driver):
     """The eager backends: the solver does not run under ``jax.jit`` yet."""
     return _activate(request.param, sdot_driver)
+
+
+#: Tests marked ``slow`` (``pytest -m "not slow"`` is the quick subset: every module on
+#: NumPy, array_api_strict and torch): besides those on JAX (their names hold "jax" or "jit"),
+#: these run subprocesses or large cases.
+SLOW_TESTS = (
+    "test_docs.py::test_doc_examples_run",          # each doc page in a fresh interpreter
+    "test_docs.py::test_examples_run",
+    "test_hard_densities.py::test_degenerate_inputs_do_not_crash_the_process",
+    "test_hard_densities.py::test_generated_supports_array_api_strict",
+    "test_driver.py::test_env_variables_and_no_framework_import",   # fresh interpreters
+    "test_driver.py::test_default_detection_and_jax_x64_policy",
+    "test_driver.py::test_detection_follows_imported_framework",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the JAX tests and :data:`SLOW_TESTS` ``slow``."""
+    for item in items:
+        name = item.nodeid.split("/")[-1]
+        if "jax" in item.name or "jit" in item.name or name.startswith(SLOW_TESTS):
+            item.add_marker(pytest.mark.slow)

@@ -80,13 +80,17 @@ def test_doc_examples_run(path, tmp_path):
 
 @pytest.mark.parametrize("args", [["quickstart.py"],
                                   ["quantization.py", "--n", "300", "--iterations", "3",
-                                   "--out", "quantization.png"]], ids=["quickstart", "quantization"])
+                                   "--out", "quantization.png"],
+                                  ["laguerre_picture.py", "--out", "laguerre.png"]],
+                         ids=["quickstart", "quantization", "laguerre-picture"])
 def test_examples_run(args, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SDOT_")}
     env.update(MPLBACKEND="Agg", PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
     proc = subprocess.run([sys.executable, str(ROOT / "examples" / args[0]), *args[1:]],
                           capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-5000:]
+    if args[0] == "laguerre_picture.py":
+        assert (tmp_path / "laguerre.png").stat().st_size > 10_000
     if args[0] == "quantization.py":
         assert (tmp_path / "quantization.png").stat().st_size > 10_000
         values = [float(line.split("=")[1].split()[0]) for line in proc.stdout.splitlines()
