@@ -74,8 +74,10 @@ def to_backend(name, a):
 
         return torch.from_numpy(a)
     if name == "jax":
+        import jax
         import jax.numpy as jnp
 
+        jax.config.update("jax_enable_x64", True)     # else jnp.asarray rounds FP64 inputs to FP32
         return jnp.asarray(a)
     return a
 

@@ -223,6 +223,23 @@ def test_degenerate_dirac_sets(eager_backend, kind):
         check_certified(eager_backend, plan, pts, img)
 
 
+def test_many_copies_of_few_diracs_under_jax(sdot_driver):
+    """40 Diracs repeated 10 times (the traced first diagram takes the nearest seeds: copies
+    filled 9 of each seed's 20 candidates, no repair could certify the cells, and the solve
+    returned a residual of 0.9): converged, and the W2^2 of the 40 distinct Diracs."""
+    from conftest import Backend
+
+    backend = Backend("jax")
+    sdot_driver.framework = backend.framework
+    distinct = np.random.default_rng(0).random((40, 2))
+    img = np.ones((1, 1))
+    plan = solve(backend, np.repeat(distinct, 10, axis=0), img)
+    assert bool(plan.converged) and float(plan.residual) <= 1e-10
+    once = solve(Backend("numpy"), distinct, img)
+    # masses within 1e-10 move W2^2 by at most max|psi| * sum |dm| (about 4e-10 here)
+    assert float(plan.distance) == pytest.approx(float(once.distance), rel=1e-7)
+
+
 # ---------------------------------------------------------------- invariances
 @pytest.mark.parametrize("offset", [1e4, 1e6])
 def test_translation_changes_nothing(eager_backend, offset):
