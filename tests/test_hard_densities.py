@@ -240,6 +240,24 @@ def test_many_copies_of_few_diracs_under_jax(sdot_driver):
     assert float(plan.distance) == pytest.approx(float(once.distance), rel=1e-7)
 
 
+def test_diracs_on_the_sides_of_the_square_under_jax(sdot_driver):
+    """400 Diracs on the sides of the unit square (the 20 nearest of each lie on its own
+    side, and a traced first diagram built from them could not be certified: status 3):
+    the traced solve starts from the Delaunay neighbours and converges to NumPy's W2^2."""
+    from conftest import Backend
+
+    t = np.random.default_rng(4).random(100)
+    pts = np.concatenate([np.stack([t, 0 * t], 1), np.stack([1 + 0 * t, t], 1),
+                          np.stack([t, 1 + 0 * t], 1), np.stack([0 * t, t], 1)])
+    backend = Backend("jax")
+    sdot_driver.framework = backend.framework
+    plan = solve(backend, pts, np.ones((1, 1)))
+    assert bool(plan.converged) and float(plan.residual) <= 1e-10
+    sdot_driver.framework = "numpy"
+    eager = solve(Backend("numpy"), pts, np.ones((1, 1)))
+    assert float(plan.distance) == pytest.approx(float(eager.distance), rel=1e-7)
+
+
 # ---------------------------------------------------------------- invariances
 @pytest.mark.parametrize("offset", [1e4, 1e6])
 def test_translation_changes_nothing(eager_backend, offset):

@@ -23,17 +23,31 @@ def knn(xp, points, k: int):
     return _knn_brute_force(xp, points, k, points) if out is None else out
 
 
-def delaunay_neighbours(xp, points):
+def delaunay_neighbours(xp, points, width=None):
     """Neighbours of each point in the Delaunay triangulation, ``(n, W)`` (``W`` the
     largest degree), -1 padding; points without a triangle (duplicates, collinear
     inputs) get their nearest points instead.
 
-    scipy's Qhull on the host, eagerly. None under ``jax.jit`` (Qhull crashed in
-    XLA's callback threads) and without a host: the caller falls back to :func:`knn`.
+    scipy's Qhull on the host. Under ``jax.jit`` (through the host callback, which runs
+    on a thread of its own) only with a static ``width``: the first ``width`` neighbours
+    of each point. None without a host: the caller falls back to :func:`knn`.
     """
-    host = None if is_traced(points) else host_view(points)
+    if is_traced(points):
+        if width is None:
+            return None
+
+        def fixed(p):
+            table = _delaunay_table(p)[:, :width]
+            return np.pad(table, ((0, 0), (0, width - table.shape[1])), constant_values=-1)
+        return host_callback(xp, fixed, (points.shape[0], width), np.int64, points)
+    host = host_view(points)
     if host is None:
         return None
+    return from_host(xp, _delaunay_table(host), points)
+
+
+def _delaunay_table(host):
+    """:func:`delaunay_neighbours` of the NumPy points ``host``."""
     table = _regular_table(host)
     lonely = np.flatnonzero(table[:, 0] < 0)
     if lonely.size and len(host) > 1:
@@ -50,7 +64,7 @@ def delaunay_neighbours(xp, points):
             before, after = np.roll(order, 1), np.roll(order, -1)
             before[0], after[-1] = order[0], order[-1]
             table[order, k - 1], table[order, k] = before, after
-    return from_host(xp, table, points)
+    return table
 
 
 def _direction(p):
