@@ -251,7 +251,7 @@ def _failure(plan, stop, tol, max_iter, prob):
         lines.append(f"max_iter={max_iter} reached" + (
             f", the continuation still at width {width:.3g} of the domain (raise max_iter)" if width > 0 else ""))
     elif status == "stalled":
-        lines.append(f"stalled: no step length of at least 1e-8 kept every cell above its floor and reduced "
+        lines.append(f"stalled: no step length of at least {newton.STALL_STEP:g} kept every cell above its floor and reduced "
                      f"the residual (last accepted damping {damping:.3g})")
         lines.append(_near_duplicates(prob, tol))
     else:

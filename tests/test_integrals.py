@@ -21,16 +21,22 @@ def integrals(b, seeds, cells, density, lo, hi):
     return tuple(b.to_numpy(a) for a in out)
 
 
+def rectangle_cell(seed):
+    """The cell ``[0.2, 0.6] x [0.1, 0.3]`` of ``seed`` (1, 2): its corners relative to the
+    seed and its :class:`Cells` (one cell, 6 vertex slots, the box's sides as labels)."""
+    corners = np.array([[0.2, 0.1], [0.6, 0.1], [0.6, 0.3], [0.2, 0.3]]) - seed
+    vertices = np.zeros((1, 6, 2))
+    vertices[0, :4] = corners
+    return corners, Cells(vertices, np.array([[-1, -2, -3, -4, -1, -1]]), np.array([4]), np.array([False]),
+                          np.array(True))
+
+
 def test_rectangle_cell_by_hand(backend):
     """A cell ``[0.2, 0.6] x [0.1, 0.3]`` (seed at (0.3, 0.2)) of density 1.5: mass
     1.5 * 0.08, first moments about the seed 1.5 * 0.08 * (0.1, 0), second moment
     1.5 * int (u^2 + v^2) = 1.5 * (0.2 * 0.028 / 3 + 0.4 * 0.002 / 3), edges 1.5 * length."""
     seed = np.array([[0.3, 0.2]])
-    corners = np.array([[0.2, 0.1], [0.6, 0.1], [0.6, 0.3], [0.2, 0.3]]) - seed
-    vertices = np.zeros((1, 6, 2))
-    vertices[0, :4] = corners
-    cells = Cells(vertices, np.array([[-1, -2, -3, -4, -1, -1]]), np.array([4]), np.array([False]),
-                  np.array(True))
+    corners, cells = rectangle_cell(seed)
     moments, facet = integrals(backend, seed, cells, np.full((1, 1), 1.5), np.zeros(2), np.ones(2))
     # int u^2 over u in [-0.1, 0.3] = (0.027 + 0.001) / 3; int v^2 over v in [-0.1, 0.1] = 0.002 / 3
     m2 = 0.2 * 0.028 / 3 + 0.4 * 0.002 / 3
@@ -62,11 +68,7 @@ def test_cell_far_from_its_seed(backend, shape):
     one Dirac at 1e6 stalled); integrated about the cell, the moments are those of the
     polygon the (rounded) vertices describe, to 1e-12."""
     seed = np.array([[1e6, 1e6]])
-    corners = np.array([[0.2, 0.1], [0.6, 0.1], [0.6, 0.3], [0.2, 0.3]]) - seed
-    vertices = np.zeros((1, 6, 2))
-    vertices[0, :4] = corners
-    cells = Cells(vertices, np.array([[-1, -2, -3, -4, -1, -1]]), np.array([4]), np.array([False]),
-                  np.array(True))
+    corners, cells = rectangle_cell(seed)
     moments, facet = integrals(backend, seed, cells, np.full(shape, 1.5), np.zeros(2), np.ones(2))
     np.testing.assert_allclose(moments[0], exact_polygon_moments(corners, 1.5), rtol=1e-12)
     np.testing.assert_allclose(facet[0, :4], 1.5 * np.array([0.4, 0.2, 0.4, 0.2]), rtol=1e-9)

@@ -46,20 +46,17 @@ def first_candidates(xp, seeds, k: int = FIRST_CANDIDATES, active=None):
     candidate, nothing to repair at zero weights; traced, through the host callback, the
     first ``k + 1`` of them: 400 Diracs on the sides of the square, whose 20 nearest lie on
     their own side, had cells no repair certified); without a host, the ``k`` nearest
-    active seeds and the seed itself (all of them if there are no more). Inactive seeds
-    (duplicates, zero masses) are moved apart beyond the active ones first: 40 Diracs
-    repeated 10 times had 9 of their 20 candidates on themselves, and cells no repair
-    round could certify."""
+    seeds and the seed itself (all of them if there are no more). Traced or without a host,
+    the inactive seeds (duplicates, zero masses) are moved out of the way first
+    (:func:`_away`): 40 Diracs repeated 10 times had 9 of their 20 candidates on their own
+    copies, and cells no repair round could certify."""
     n = seeds.shape[0]
-    traced = _compat.is_traced(seeds)
-    found = _compat.delaunay_neighbours(xp, _away(xp, seeds, active) if traced and active is not None else seeds,
-                                        width=min(k + 1, n))
+    moved = seeds if active is None else _away(xp, seeds, active)
+    found = _compat.delaunay_neighbours(xp, moved if _compat.is_traced(seeds) else seeds, width=min(k + 1, n))
     if found is not None:
         # traced: at most k + 1 of them (a row cut short is not certified and is repaired)
         return found, False
-    if active is not None:
-        seeds = _apart(xp, seeds, active)
-    found = _compat.knn(xp, seeds, min(k + 1, n))
+    found = _compat.knn(xp, moved, min(k + 1, n))
     if found.shape[1] >= k + 1:
         return found, True
     pad = -xp.ones((n, k + 1 - found.shape[1]), dtype=found.dtype, device=aac.device(found))
@@ -68,22 +65,10 @@ def first_candidates(xp, seeds, k: int = FIRST_CANDIDATES, active=None):
 
 @_compat.jit_on_jax()
 def _away(xp, seeds, active):
-    """``seeds`` with the inactive ones all at one point beyond the others: the traced
-    Delaunay table then holds the active seeds' neighbours among themselves (exact
-    duplicates left in place had no triangle, and the copy kept active got its copies as
-    neighbours)."""
+    """``seeds`` with the inactive ones all at one point beyond the others, so that no
+    active seed takes them for a neighbour."""
     span = xp.max(xp.max(seeds, axis=0) - xp.min(seeds, axis=0)) + 1.0
     return xp.where(active[:, None], seeds, xp.max(seeds, axis=0)[None, :] + span)
-
-
-@_compat.jit_on_jax()
-def _apart(xp, seeds, active):
-    """``seeds`` with the inactive ones on a line beyond all the others, one span apart."""
-    lo, hi = xp.min(seeds, axis=0), xp.max(seeds, axis=0)
-    span = xp.max(hi - lo) + 1.0
-    rank = xp.astype(xp.cumulative_sum(xp.astype(~active, xp.int64)), seeds.dtype)
-    away = hi[None, :] + span * (1.0 + rank[:, None])
-    return xp.where(active[:, None], seeds, away)
 
 
 @_compat.jit_on_jax()
