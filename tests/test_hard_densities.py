@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import sdot
-from reference import certify
+from reference import certify, exact_laguerre_moments
 
 DATA = Path(__file__).parent / "data"
 REF_SQUARE0 = 0.08013515052227282
@@ -97,6 +97,46 @@ def test_four_diracs_around_a_symmetric_support(eager_backend, where):
     plan = solve(eager_backend, pts, img)
     assert bool(plan.converged)
     assert float(plan.distance) == pytest.approx(quadrant_cost(img, diracs), rel=1e-10)
+
+
+def fields(plan):
+    return {k: getattr(plan, k) for k in ("converged", "status", "residual", "distance", "brenier_potential")}
+
+
+def test_one_dirac_far_away(backend):
+    """39 Diracs in the unit square and one at (1e4, 1e4), box density: the far cell's
+    bisectors are nearly parallel (its vertices were ill-conditioned, the repair's rounding
+    scale was that of the far seed for every cell, the start squeezed the others into a
+    cluster of size 1e-4; the solve stalled at a residual of 0.47). Certified by exact
+    rational arithmetic; the reported weights have mean 0, which rounds the others' to
+    about 1e-9 next to the far one's 2e8 (the cell masses to a few 1e-9)."""
+    pts = np.concatenate([np.random.default_rng(7).random((39, 2)), [[1e4, 1e4]]])
+    src, grid = sdot.SumOfDiracs(backend.asarray(pts)), sdot.Grid(backend.asarray(np.ones((1, 1))))
+    plan = SimpleNamespace(**backend.run(lambda s, g: fields(sdot.optimal_transport_plan(
+        s, g, raise_on_failure=False)), src, grid))
+    assert bool(plan.converged) and float(plan.residual) <= 1e-10
+    masses, cost = exact_laguerre_moments(pts, backend.to_numpy(plan.brenier_potential))
+    np.testing.assert_allclose(masses, 1 / 40, atol=1e-8)
+    assert float(plan.distance) == pytest.approx(cost, rel=1e-10)
+
+
+@pytest.mark.parametrize("far", [1e5, 1e6])
+def test_one_dirac_very_far_away_in_the_core(backend, far):
+    """The same with the Dirac at 1e5 and 1e6, checked on the solver's own weights (the
+    mean-0 gauge of the public ones rounds the others' away). The far cell's mass moves
+    W2^2 by ``|y - x|^2 ~ 2 far^2`` per unit: masses to 1e-9 allow W2^2 to 4e-9 far^2."""
+    from sdot._core import newton, plan as core_plan
+
+    xp = backend.xp
+    pts = np.concatenate([np.random.default_rng(8).random((39, 2)), [[far, far]]])
+    prob = newton.Problem(*(backend.asarray(a) for a in (pts, np.full(40, 1 / 40), np.ones((1, 1)), [0.0, 0.0],
+                                                         [1.0, 1.0])))
+    out = backend.run(lambda p: {k: v for k, v in core_plan.solve_plan(xp, p, 1e-10, 100).items()
+                                 if k in ("converged", "distance", "solution")}, prob)
+    assert bool(out["converged"])
+    masses, cost = exact_laguerre_moments(pts, backend.to_numpy(out["solution"].psi))
+    np.testing.assert_allclose(masses, 1 / 40, atol=1e-9)
+    assert abs(float(out["distance"]) - cost) <= 4e-9 * far ** 2
 
 
 # ------------------------------------------------------------- generated cases

@@ -40,19 +40,21 @@ from .repair import ROUNDS, repair
 FIRST_CANDIDATES = 20
 
 
-def first_candidates(xp, seeds, k: int = FIRST_CANDIDATES, active=None):
+def first_candidates(xp, seeds, k: int = FIRST_CANDIDATES, active=None, psi=None):
     """Candidates of a first diagram, ``(n, K)``, -1 padding, and whether they are the
     nearest seeds: the Delaunay neighbours (the exact Voronoi neighbours: one clip per
     candidate, nothing to repair at zero weights; traced, through the host callback, the
     first ``k + 1`` of them: 400 Diracs on the sides of the square, whose 20 nearest lie on
-    their own side, had cells no repair certified); without a host, the ``k`` nearest
+    their own side, had cells no repair certified), and with ``psi`` those of the regular
+    triangulation (see :func:`._compat.delaunay_neighbours`); without a host, the ``k`` nearest
     seeds and the seed itself (all of them if there are no more). Traced or without a host,
     the inactive seeds (duplicates, zero masses) are moved out of the way first
     (:func:`_away`): 40 Diracs repeated 10 times had 9 of their 20 candidates on their own
     copies, and cells no repair round could certify."""
     n = seeds.shape[0]
     moved = seeds if active is None else _away(xp, seeds, active)
-    found = _compat.delaunay_neighbours(xp, moved if _compat.is_traced(seeds) else seeds, width=min(k + 1, n))
+    weighted = () if psi is None or active is None or not _compat.is_traced(seeds) else (psi, active)
+    found = _compat.delaunay_neighbours(xp, moved if _compat.is_traced(seeds) else seeds, min(k + 1, n), *weighted)
     if found is not None:
         # traced: at most k + 1 of them (a row cut short is not certified and is repaired)
         return found, False
@@ -126,7 +128,7 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     else:
         nearest = False
         if candidates is None and previous is None:
-            candidates, nearest = first_candidates(xp, seeds, active=active)
+            candidates, nearest = first_candidates(xp, seeds, active=active, psi=psi)
         elif candidates is None:
             candidates = neighbours(xp, previous, min(capacity, previous.labels.shape[1]))
         if previous is None and candidates.shape[1] > capacity and not _compat.is_traced(candidates):

@@ -27,6 +27,14 @@ FLIP_PAIRS_TRACED = 0.5
 #: regular triangulation (measured at 1e5: a rebuild costs about as much as
 #: reclipping and repairing 15% of the cells).
 REBUILD_SHARE = 0.15
+#: A cell with a vertex farther than this from its seed (in units of the domain's longest
+#: side, the solver's coordinates) is clipped again rather than updated. Its bisectors
+#: are nearly parallel (their normals ``y_j - y_i`` differ by ``|y_j - y_k| / |y_j - y_i|``
+#: in angle), and a vertex meeting two of them is ill-conditioned: one Dirac at 1e6 among
+#: Diracs in the unit square had a vertex 3e-3 inside its true cell, 5e-5 of the square
+#: left uncovered, and the solve stalled. Clipping keeps every vertex on the previous
+#: polygon's edges, whatever the rounding of the half-planes.
+FAR = 2.0
 
 
 def update(xp, seeds, psi, active, lo, hi, previous, stop_if_empty=False):
@@ -207,8 +215,9 @@ def _dropped(xp, seeds, psi, active, lo, hi, rows, labels, count, vertices, reve
 def _polygons(xp, seeds, active, lo, hi, rows, nx, ny, offset, count, old_vertices):
     """The cells ``rows`` whose edges lie on the lines ``u . (nx, ny) = offset``
     (relative to the seed; lines k - 1 and k meet at vertex k): ``(vertices, ok,
-    reversed)``. ``ok``: valid (see :func:`_updated`); ``reversed`` (per slot):
-    a negative edge length along its line, up to rounding."""
+    reversed)``. ``ok``: valid (see :func:`_updated`) and not far from its seed (see
+    :data:`FAR`); ``reversed`` (per slot): a negative edge length along its line, up to
+    rounding."""
     n, cap = offset.shape
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(count))[None, :]
     valid = k < count[:, None]
@@ -225,7 +234,7 @@ def _polygons(xp, seeds, active, lo, hi, rows, nx, ny, offset, count, old_vertic
     inside = ((vx >= lo[0] - own_x - tol) & (vx <= hi[0] - own_x + tol)
               & (vy >= lo[1] - own_y - tol) & (vy <= hi[1] - own_y + tol))
     good = (det > 0) & (along >= -tol) & inside
-    ok = _compat.row_all(xp, good | ~valid) & ((count >= 3) | ~xp.take(active, rows))
+    ok = _compat.row_all(xp, good | ~valid) & ((count >= 3) | ~xp.take(active, rows)) & (scale[:, 0] <= FAR)
     return verts, ok, valid & (along < -tol)
 
 

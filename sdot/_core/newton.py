@@ -64,8 +64,12 @@ MIN_WIDTH = 1e-5
 FIRST_RATIO, MAX_RATIO, MIN_RATIO = 4.0, 16.0, 1.2
 #: Margin of the similarity start in the support's box (a share of its sides).
 START_MARGIN = 0.1
-#: Quantile of the Diracs' coordinates that bounds the box the similarity start moves.
+#: Quantile of the Diracs' coordinates that bounds the box the similarity start moves,
+#: and that box's largest reach from the median, in interquartile ranges (uniform Diracs:
+#: 2; one Dirac at 1e6 among 39 in the unit square, which the quantile keeps, made the
+#: others a cluster of size 1e-6, cells empty by rounding, and the solve stalled).
 START_QUANTILE = 0.02
+START_SPREAD = 4.0
 #: Steps in a row without an accepted trial, or with one shorter than :data:`STALL_STEP`,
 #: after which the solve stops (one Dirac at 1e6: 290 steps damped to about 1e-9).
 STALLS = 3
@@ -275,7 +279,8 @@ def similarity_weights(xp, prob):
     """Weights whose diagram takes each Dirac to a point of the density's support's box.
 
     With ``z_i = a y_i + b`` (the similarity, a contraction, that takes a robust box of
-    the Diracs, their quantiles :data:`START_QUANTILE` and ``1 -`` it, into the support's
+    the Diracs, their quantiles :data:`START_QUANTILE` and ``1 -`` it within
+    :data:`START_SPREAD` interquartile ranges of the median, into the support's
     box shrunk by :data:`START_MARGIN`, ``K``) and ``P`` the projection onto ``K``, the
     map ``y -> P(a y + b)`` is the gradient of the convex ``w(y) = h(a y + b) / a``,
     ``h(z) = (|z|^2 - d_K(z)^2) / 2``; the weights ``psi_i = |y_i|^2 - 2 w(y_i)`` give each
@@ -300,7 +305,9 @@ def similarity_weights(xp, prob):
     n = y.shape[0]
     ranked = xp.sort(y, axis=0)
     cut = int(START_QUANTILE * (n - 1))
-    y_lo, y_hi = ranked[cut, :], ranked[n - 1 - cut, :]
+    mid, quarter = ranked[n // 2, :], ranked[(3 * n) // 4, :] - ranked[n // 4, :]
+    y_lo = xp.maximum(ranked[cut, :], mid - START_SPREAD * quarter)
+    y_hi = xp.minimum(ranked[n - 1 - cut, :], mid + START_SPREAD * quarter)
     span = xp.maximum(y_hi - y_lo, xp.finfo(y.dtype).smallest_normal)
     a = xp.minimum(xp.min((k_hi - k_lo) / span), 1.0)
     b = 0.5 * (k_lo + k_hi) - 0.5 * a * (y_lo + y_hi)

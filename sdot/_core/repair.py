@@ -169,34 +169,42 @@ def _per_vertex(xp, cells, rows, valid, find):
 def _planes(xp, seeds, psi, active):
     """The planes ``f_j(v) = v . y_j + h_j``, ``h_j = (psi_j - |y_j|^2) / 2`` (-inf if
     inactive), as columns ``(y_j1, y_j2, h_j)`` of ``n + 1`` entries (the last, ``f =
-    -inf``, for padding), and ``max |y_j|`` (the rounding scale): :func:`_best_cutter`'s
-    per-seed data, computed once per search, not per block."""
+    -inf``, for padding), and the rounding scale of ``h_j``, ``(|psi_j| + |y_j|^2) / 2``
+    (0 on padding): :func:`_best_cutter`'s per-seed data, computed once per search, not
+    per block."""
     dev = aac.device(seeds)
     h = xp.where(active, 0.5 * (psi - _compat.dot(seeds, seeds)), -xp.inf)
     pad = xp.zeros((1,), dtype=seeds.dtype, device=dev)
     columns = (xp.concat([seeds[:, 0], pad]), xp.concat([seeds[:, 1], pad]), xp.concat([h, pad - xp.inf]))
-    return columns, xp.max(xp.abs(seeds))
+    return columns, xp.concat([0.5 * (xp.abs(psi) + _compat.dot(seeds, seeds)), pad])
 
 
 @_compat.jit_on_jax()
-def _best_cutter(xp, planes, seed_scale, u, row, cand):
+def _best_cutter(xp, planes, h_scale, u, row, cand):
     """Per vertex ``u`` (P, 2) of the cell of seed ``row`` (P,), the candidate of
     ``cand`` (P, C) (-1: none) of least power if it is below the cell's own, else -1.
 
     With ``v = y_row + u`` and the ``planes`` ``f_j(v) = v . y_j + h_j`` (see
     :func:`_planes`), ``power_row(v) - power_j(v) = 2 (f_j(v) - f_row(v))``: a gather of
     each column per candidate (contiguous, unlike a gather of rows). The cell's own
-    seed among the candidates gives ``f_row(v)``, not above it.
+    seed among the candidates gives ``f_row(v)``, not above it. A candidate cuts when
+    ``f_j(v)`` exceeds ``f_row(v)`` by more than the rounding of both, each from its own
+    terms: a seed far from the others (one Dirac at 1e6) only blunts the tests it takes
+    part in.
     """
     px, py, ph = planes
     c = xp.where(cand >= 0, cand, px.shape[0] - 1)                    # padding: f = -inf
     yx, yy = xp.take(px, row), xp.take(py, row)
     vx, vy = yx + u[:, 0], yy + u[:, 1]
+    ax, ay = xp.abs(vx), xp.abs(vy)
+    eps = 64.0 * xp.finfo(u.dtype).eps
     f_own = vx * yx + vy * yy + xp.take(ph, row)
-    f = vx[:, None] * _compat.flat_take(px, c) + vy[:, None] * _compat.flat_take(py, c) + _compat.flat_take(ph, c)
-    best = xp.argmax(f, axis=1)[:, None]
-    scale = seed_scale * (xp.abs(vx) + xp.abs(vy)) + xp.abs(f_own)
-    found = xp.take_along_axis(f, best, axis=1)[:, 0] > f_own + 64.0 * xp.finfo(u.dtype).eps * scale
+    own_tol = eps * (ax * xp.abs(yx) + ay * xp.abs(yy) + xp.take(h_scale, row))
+    cx, cy = _compat.flat_take(px, c), _compat.flat_take(py, c)
+    f = vx[:, None] * cx + vy[:, None] * cy + _compat.flat_take(ph, c)
+    margin = f - eps * (ax[:, None] * xp.abs(cx) + ay[:, None] * xp.abs(cy) + _compat.flat_take(h_scale, c))
+    best = xp.argmax(margin, axis=1)[:, None]
+    found = xp.take_along_axis(margin, best, axis=1)[:, 0] > f_own + own_tol
     return xp.where(found, xp.take_along_axis(cand, best, axis=1)[:, 0], -1)
 
 

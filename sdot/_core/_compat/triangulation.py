@@ -23,27 +23,45 @@ def knn(xp, points, k: int):
     return _knn_brute_force(xp, points, k, points) if out is None else out
 
 
-def delaunay_neighbours(xp, points, width=None):
+def delaunay_neighbours(xp, points, width=None, weights=None, active=None):
     """Neighbours of each point in the Delaunay triangulation, ``(n, W)`` (``W`` the
     largest degree), -1 padding; points without a triangle (duplicates, collinear
     inputs) get their nearest points instead.
 
     scipy's Qhull on the host. Under ``jax.jit`` (through the host callback, which runs
     on a thread of its own) only with a static ``width``: the first ``width`` neighbours
-    of each point. None without a host: the caller falls back to :func:`knn`.
+    of each point; there, with ``weights`` (and ``active``), the neighbours in the regular
+    triangulation of the active points instead, where it gives any (the seeds that cut
+    each power cell: a diagram at weights far from 0, such as one Dirac at 1e6 with the
+    weight that gives it a cell in the box, has other neighbours than Voronoi's). None
+    without a host: the caller falls back to :func:`knn`.
     """
     if is_traced(points):
         if width is None:
             return None
 
-        def fixed(p):
-            table = _delaunay_table(p)[:, :width]
+        def fixed(p, *psi_active):
+            table = _delaunay_table(p)
+            if psi_active:
+                table = _with_regular_rows(table, _regular_table(p, *psi_active))
+            table = table[:, :width]
             return np.pad(table, ((0, 0), (0, width - table.shape[1])), constant_values=-1)
-        return host_callback(xp, fixed, (points.shape[0], width), np.int64, points)
+        extra = () if weights is None else (weights, active)
+        return host_callback(xp, fixed, (points.shape[0], width), np.int64, points, *extra)
     host = host_view(points)
     if host is None:
         return None
     return from_host(xp, _delaunay_table(host), points)
+
+
+def _with_regular_rows(table, regular):
+    """``table`` with the rows that have neighbours in ``regular`` (None: Qhull failed)
+    replaced by them."""
+    if regular is None:
+        return table
+    width = max(table.shape[1], regular.shape[1])
+    table, regular = (np.pad(t, ((0, 0), (0, width - t.shape[1])), constant_values=-1) for t in (table, regular))
+    return np.where(regular[:, :1] >= 0, regular, table)
 
 
 def _delaunay_table(host):
