@@ -54,6 +54,12 @@ START_ADMISSIBLE = 1e-2
 #: this share of its target there.
 ADMISSIBLE = 0.1
 FINAL_ADMISSIBLE = 0.1
+#: Lifting the cells left in the zero region at the end of the continuation
+#: (:func:`lifted`): passes, rounds of doubling per pass (2^18 spans the raises measured),
+#: bisections.
+LIFT_PASSES = 3
+LIFT_ROUNDS = 18
+LIFT_BISECTIONS = 6
 #: Newton steps at a width > 0 run until every cell is within this relative error.
 STAGE_TOL = 0.7
 #: The widest width, in units of the longest side of the domain; narrower widths than
@@ -479,7 +485,10 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
         ev0 = integrals_at(xp, prob, st.ev.cells, xp.zeros_like(st.width))
         to_zero = _worst_ratio(xp, ev0.moments, targets, active) >= FINAL_ADMISSIBLE
         width, ratio, ev = _compat.cond(to_zero, lambda: (xp.zeros_like(st.width), st.ratio, ev0), search)
-        return st._replace(ev=ev, width=width, ratio=ratio, floor=floor_of(ev), err=error(ev.moments)[0],
+        # the narrowest width reached, the density itself next: cells left in its zero region are lifted
+        psi, ev = _compat.cond((width == 0) & ~to_zero, lambda: lifted(xp, prob, st.psi, ev, active, targets),
+                               lambda: (st.psi, ev))
+        return st._replace(psi=psi, ev=ev, width=width, ratio=ratio, floor=floor_of(ev), err=error(ev.moments)[0],
                            stalls=xp.zeros_like(st.stalls), first=xp.ones_like(st.first))
 
     def stage_done(st):
@@ -509,6 +518,66 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
     status = xp.where(converged, code(CONVERGED), xp.where(~sound, code(UNSOUND), xp.where(
         st.stalls >= STALLS, code(STALLED), code(MAX_ITERATIONS))))
     return Solution(st.psi, ev, err, st.it, converged, status, st.width, st.t, st.overflowed)
+
+
+def lifted(xp, prob, psi, ev, active, targets):
+    """``(psi, evaluation)`` with the weights of the cells that hold less than
+    :data:`FINAL_ADMISSIBLE` of their target raised until they hold it.
+
+    Narrowed to the smallest width, the blur's tail still feeds cells of tiny targets
+    outside the support (masses 1e-8 in the hole of an annulus, a few widths from its
+    edge); against the density itself they hold nothing, their rows of the Newton matrix
+    vanish, and the damping stalled at its floor. In a pass, the raises of those cells
+    grow from ``h^2 / 1000`` (``h`` the mean spacing of the Diracs), doubled while a cell
+    holds less (``G``), then are bisected (a cell that touches the support only at a
+    corner would otherwise hold many times its target). Bisected together, neighbours
+    can take each other's mass: a cell that holds too little at the end is put back to
+    its ``G``, which lowered neighbours only help. A raised cell takes its neighbours'
+    mass, and a neighbour of a tiny target may fall short in turn: up to
+    :data:`LIFT_PASSES` passes. Each round of a pass is one diagram.
+    """
+    n = xp.maximum(xp.sum(xp.astype(active, psi.dtype)), 1.0)
+    first = 1e-3 * xp.prod(prob.hi - prob.lo) / n
+    cap = ev.cells.labels.shape[1]
+    dev = aac.device(psi)
+    yes, zero = xp.asarray(True, device=dev), xp.asarray(0, device=dev)
+
+    def poor_of(ev):
+        return active & (ev.moments[:, 0] < FINAL_ADMISSIBLE * targets)
+
+    def one_pass(state):
+        psi, ev, k = state
+        poor = poor_of(ev)
+
+        def holding(step):
+            new = evaluate(xp, prob, psi + step, active, capacity=cap, previous=ev.cells)
+            return new, ~poor | (new.moments[:, 0] >= FINAL_ADMISSIBLE * targets)
+
+        def grow(state):
+            step, _, k = state
+            ok = holding(step)[1]
+            return xp.where(ok, step, 2.0 * step), xp.any(~ok), k + 1
+
+        def bisect(k, state):
+            lo, hi = state
+            mid = 0.5 * (lo + hi)
+            ok = holding(mid)[1]
+            return xp.where(ok, lo, mid), xp.where(ok, mid, hi)
+
+        def restore(state):
+            step, _, k = state
+            ok = holding(step)[1]
+            return xp.where(ok, step, grown), xp.any(~ok), k + 1
+
+        more = lambda state: state[1] & (state[2] < LIFT_ROUNDS)
+        grown = _compat.while_loop(more, grow, (xp.where(poor, first, 0.0), yes, zero))[0]
+        _, step = _compat.fori_loop(0, LIFT_BISECTIONS, bisect, (xp.where(grown > first, 0.5 * grown, 0.0), grown))
+        step = _compat.while_loop(more, restore, (step, yes, zero))[0]
+        return psi + step, holding(step)[0], k + 1
+
+    psi, ev, _ = _compat.while_loop(lambda state: xp.any(poor_of(state[1])) & (state[2] < LIFT_PASSES),
+                                    one_pass, (psi, ev, zero))
+    return psi, ev
 
 
 def _linear_rtol(xp, tol, norm, spread=1.0):
