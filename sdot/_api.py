@@ -12,6 +12,7 @@ import numpy as np
 
 from . import _autodiff, _driver
 from ._core import geometry, gradients, newton, plan
+from ._core.options import DEFAULT as NEWTON_OPTIONS
 from ._grids import PolynomialGrid
 from ._measures import _Diracs, align
 from ._diagram import PowerDiagram
@@ -160,9 +161,9 @@ def _jax_solve_plan():
     program for the whole solve is faster, and eager and traced calls share it."""
     import jax
 
-    def run(prob, tol, max_iter, log, capacity):
-        return plan.solve_plan(_driver.namespace(prob.seeds), prob, tol, max_iter, log, capacity)
-    return jax.jit(run, static_argnames=("tol", "max_iter", "log", "capacity"))
+    def run(prob, tol, max_iter, log, capacity, options):
+        return plan.solve_plan(_driver.namespace(prob.seeds), prob, tol, max_iter, log, capacity, options)
+    return jax.jit(run, static_argnames=("tol", "max_iter", "log", "capacity", "options"))
 
 
 def optimal_transport_plan(source, target, tol=None, max_iter=300, verbose=False,
@@ -199,9 +200,9 @@ def optimal_transport_plan(source, target, tol=None, max_iter=300, verbose=False
         raise ValueError("optimal_transport_plan takes one source; use distances() for batches")
     xp, prob = _problem(source, target)
     tol = default_tolerance() if tol is None else tol
-    out, stop = _solve(xp, prob, tol, max_iter, _printer(verbose), raise_on_failure)
+    out, stop = _solve(xp, prob, tol, max_iter, _printer(verbose), raise_on_failure, NEWTON_OPTIONS)
     if raise_on_failure and not _driver.is_tracer(out.converged) and not bool(out.converged):
-        raise OtNotConverged(_failure(out, stop, tol, max_iter, prob), out)
+        raise OtNotConverged(_failure(out, stop, tol, max_iter, prob, NEWTON_OPTIONS), out)
     return out
 
 
@@ -238,8 +239,8 @@ def _near_duplicates(prob, tol):
             f"{resolved:.1g} or more apart; merge such Diracs (exact duplicates are merged) or raise tol")
 
 
-def _failure(plan, stop, tol, max_iter, prob):
-    """Why a solve did not converge, for :class:`OtNotConverged`."""
+def _failure(plan, stop, tol, max_iter, prob, options):
+    """Why a solve did not converge (with the Newton ``options``), for :class:`OtNotConverged`."""
     status = _STATUS[int(plan.status)]
     width, damping = (float(_autodiff.detach(a)) for a in stop)
     masses = _driver._to_host(_autodiff.detach(plan.cell_masses))
@@ -251,7 +252,7 @@ def _failure(plan, stop, tol, max_iter, prob):
         lines.append(f"max_iter={max_iter} reached" + (
             f", the continuation still at width {width:.3g} of the domain (raise max_iter)" if width > 0 else ""))
     elif status == "stalled":
-        lines.append(f"stalled: no step length of at least {newton.STALL_STEP:g} kept every cell above its floor and reduced "
+        lines.append(f"stalled: no step length of at least {options.stall_step:g} kept every cell above its floor and reduced "
                      f"the residual (last accepted damping {damping:.3g})")
         lines.append(_near_duplicates(prob, tol))
     else:
@@ -262,19 +263,20 @@ def _failure(plan, stop, tol, max_iter, prob):
     return "; ".join(lines) + ". The partial plan is the exception's .plan (converged=False)."
 
 
-def _solve(xp, prob, tol, max_iter, log, nan_on_failure):
-    """Solve on inputs cut from the autodiff graph, then attach the analytic gradients."""
+def _solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
+    """Solve with the Newton ``options`` (a :class:`._core.options.NewtonOptions`) on inputs
+    cut from the autodiff graph, then attach the analytic gradients."""
     cut = newton.Problem(*(_autodiff.detach(a) for a in prob))
     if aac.is_jax_namespace(xp):
         capacity = geometry.CAPACITY
         while True:   # eagerly, a vertex-capacity overflow is retried; traced, it gives nan
-            res = _jax_solve_plan()(cut, tol=tol, max_iter=max_iter, log=log, capacity=capacity)
+            res = _jax_solve_plan()(cut, tol=tol, max_iter=max_iter, log=log, capacity=capacity, options=options)
             if _driver.is_tracer(res["overflow"]) or not bool(res["overflow"]) or capacity >= 1024:
                 break
             capacity *= 2
     else:
         with _autodiff.without_autodiff(xp):
-            res = plan.solve_plan(xp, cut, tol, max_iter, log=log)
+            res = plan.solve_plan(xp, cut, tol, max_iter, log=log, options=options)
         res.update({k: _autodiff.released(res[k]) for k in _PLAN_ARRAYS + ("distance",)})
     distance = _autodiff.attach(res["distance"], (prob.seeds, prob.masses, prob.density),
                                 (cut.lo, cut.hi, res["state"]), _gradients)

@@ -127,6 +127,16 @@ class Backend:
         return f"Backend({self.name!r})"
 
 
+def solve_with(options, source, target, tol, log=None, max_iter=300):
+    """:func:`sdot.optimal_transport_plan` (the partial plan if not converged, no exception)
+    solved with the Newton ``options`` (a :class:`sdot._core.options.NewtonOptions`) and,
+    if given, the step ``log(step, residual, damping, width)``."""
+    from sdot import _api
+
+    xp, prob = _api._problem(*_api._check_pair(source, target))
+    return _api._solve(xp, prob, tol, max_iter, log, False, options)[0]
+
+
 @pytest.fixture
 def sdot_driver():
     """``sdot.driver``, with its settings restored after the test."""

@@ -5,7 +5,7 @@ would not show a wrong block: the repair heals the cells.)"""
 import numpy as np
 import pytest
 
-from sdot._core import _compat, geometry, hiding, integrate, kinetic, newton, polygons, repair
+from sdot._core import _compat, geometry, hiding, integrate, kinetic, newton, options, polygons, repair
 
 
 def kernels(xp, b):
@@ -25,7 +25,8 @@ def kernels(xp, b):
     moments, facet = integrate.cell_integrals(xp, seeds, before, image, lo, hi)
     uniform_moments, uniform_facet = integrate.cell_integrals(xp, seeds, moved, b.asarray(np.full((1, 1), 1.3)),
                                                               lo, hi)
-    _, cols, weights, diag, _ = newton._laplacian(xp, seeds, before, facet, active, moments[:, 0])
+    _, cols, weights, diag, _ = newton._laplacian(xp, seeds, before, facet, active, moments[:, 0],
+                                                  options.DEFAULT.regularisation)
     return dict(cols=cols, weights=weights, diag=diag,
                 hiding=hiding.hiding_step(xp, seeds, psi0, psi1 - psi0, active, before),
                 vertices=moved.vertices, ok=ok, flipped=flipped,

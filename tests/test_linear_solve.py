@@ -107,11 +107,12 @@ def test_solve_meets_the_requested_residual(backend, rtol):
 
 def test_newton_solves_to_a_tenth_of_the_tolerance_or_the_forcing_term():
     """The Newton direction's residual adds at most ``tol / 10`` to the masses' error,
-    or is :data:`FORCING` relative to the right-hand side if that is looser."""
+    or is ``forcing`` (1e-2 by default) relative to the right-hand side if that is looser."""
     import array_api_compat.numpy as xp
-    from sdot._core import newton
+    from sdot._core import newton, options
 
-    rtol = [float(newton._linear_rtol(xp, 1e-8, xp.asarray(norm))) for norm in (1e-2, 1.0, 2e-8, 1e-8, 1e3)]
+    forcing = options.DEFAULT.forcing
+    rtol = [float(newton._linear_rtol(xp, 1e-8, xp.asarray(norm), forcing)) for norm in (1e-2, 1.0, 2e-8, 1e-8, 1e3)]
     assert rtol == pytest.approx([1e-2, 1e-2, 0.05, 0.1, 1e-2], rel=1e-12)
 
 
@@ -172,14 +173,17 @@ def test_factors_renewed_once_their_extra_iterations_cost_a_factorisation(monkey
 
 
 def test_inexact_newton_takes_the_steps_of_exact_solves(monkeypatch, sdot_driver):
-    """Newton directions solved to the relative residual FORCING reach the tolerance in
-    the same steps as (nearly) exact ones, at the same weights, in fewer conjugate
-    gradient iterations (a Gaussian image: damped steps, then quadratic ones). Eager
-    NumPy: a jitted solve would keep the FORCING it was traced with."""
+    """Newton directions solved to the relative residual ``forcing`` (of the default
+    options) reach the tolerance in the same steps as (nearly) exact ones (``forcing``
+    1e-12), at the same weights, in fewer conjugate gradient iterations (a Gaussian image:
+    damped steps, then quadratic ones). NumPy: the iterations are counted on the host."""
+    import dataclasses
     from pathlib import Path
 
+    from conftest import solve_with
+
     import sdot
-    from sdot._core import newton
+    from sdot._core import options
 
     sdot_driver.framework = "numpy"
     data = Path(__file__).parent / "data"
@@ -193,14 +197,13 @@ def test_inexact_newton_takes_the_steps_of_exact_solves(monkeypatch, sdot_driver
         return x, it
     monkeypatch.setattr(linalg, "_pcg", counted)
 
-    def run():
+    def run(newton_options):
         iterations.append(0)
         caches.append(linalg._FactorCache())
         monkeypatch.setattr(linalg, "_factor_cache", caches[-1])
-        return sdot.optimal_transport_plan(sdot.SumOfDiracs(points), sdot.Grid(image), tol=1e-8)
-    inexact = run()
-    monkeypatch.setattr(newton, "FORCING", 1e-12)
-    exact = run()
+        return solve_with(newton_options, sdot.SumOfDiracs(points), sdot.Grid(image), 1e-8)
+    inexact = run(options.DEFAULT)
+    exact = run(dataclasses.replace(options.DEFAULT, forcing=1e-12))
     assert bool(inexact.converged) and bool(exact.converged)
     assert int(inexact.iterations) == int(exact.iterations) >= 6
     assert float(inexact.residual) <= 1e-8
@@ -273,7 +276,7 @@ def test_newton_matrix_is_the_voronoi_laplacian(backend):
     each pair once per direction, and its diagonal their row sums (plus the regulariser)."""
     from scipy.spatial import Voronoi
 
-    from sdot._core import geometry, integrate, newton
+    from sdot._core import geometry, integrate, newton, options
 
     xp, n = backend.xp, 150
     y = np.random.default_rng(7).random((n, 2))
@@ -289,7 +292,7 @@ def test_newton_matrix_is_the_voronoi_laplacian(backend):
         lo, hi = xp.asarray([0.0, 0.0], dtype=xp.float64), xp.asarray([1.0, 1.0], dtype=xp.float64)
         cells = geometry.power_cells(xp, seeds, xp.zeros((n,), dtype=xp.float64), active, lo, hi)
         moments, facet = integrate.cell_integrals(xp, seeds, cells, xp.ones((1, 1), dtype=xp.float64), lo, hi)
-        return newton._laplacian(xp, seeds, cells, facet, active, moments[:, 0])[:4]
+        return newton._laplacian(xp, seeds, cells, facet, active, moments[:, 0], options.DEFAULT.regularisation)[:4]
 
     rows, cols, w, diag = (backend.to_numpy(a) for a in backend.run(matrix, backend.asarray(y)))
     got = np.zeros((n, n))

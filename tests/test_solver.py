@@ -200,6 +200,25 @@ def test_not_converged_carries_the_partial_plan(eager_backend):
     assert float(partial.residual) > 1e-10
 
 
+def test_stalled_message_gives_the_stall_step_of_the_options():
+    """A stalled solve's message names the shortest step length of the Newton options it
+    ran with (:class:`sdot._core.options.NewtonOptions`), not a copy of the default."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from sdot import _api
+    from sdot._core import newton, options
+
+    n = 20
+    prob = newton.Problem(load("points_2d_1000.npy")[:n], np.full(n, 1 / n), np.ones((1, 1)), np.zeros(2), np.ones(2))
+    stalled = SimpleNamespace(status=np.int64(newton.STALLED), residual=1e-3, iterations=7,
+                              cell_masses=np.full(n, 1 / n))
+    for step in (options.DEFAULT.stall_step, 3e-5):
+        used = dataclasses.replace(options.DEFAULT, stall_step=step)
+        message = _api._failure(stalled, (0.0, 1e-9), 1e-10, 300, prob, used)
+        assert f"stalled: no step length of at least {step:g} kept" in message
+
+
 def test_verbose_prints_one_line_per_step(eager_backend, capsys):
     plan = solve(eager_backend, load("points_2d_1000.npy")[:100], np.ones((1, 1)), verbose=True)
     lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("sdot newton step")]

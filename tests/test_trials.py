@@ -5,13 +5,15 @@ Ground truth: a seed inside a hexagon of seeds with equal weights is hidden
 exactly when its weight is below ``-r^2`` (closed form), and the Newton solve
 run without the shortcuts.
 """
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import Backend, solve_with
 
 import sdot
-from sdot._core import geometry, hiding, integrate, kinetic, newton
+from sdot._core import geometry, hiding, integrate, kinetic, newton, options
 from sdot._core._compat import linalg
 
 DATA = Path(__file__).parent / "data"
@@ -54,11 +56,12 @@ def test_a_trial_with_a_hidden_seed_is_abandoned(backend, psi0):
         np.testing.assert_array_equal(backend.to_numpy(trial.moments), backend.to_numpy(full.moments))
 
 
-def gaussian_plan(backend, n, monkeypatch):
+def gaussian_plan(backend, n, monkeypatch, newton_options=options.DEFAULT, log=None):
+    """The plan of ``n`` points to the Gaussian image (tol 1e-10) with the Newton options."""
     monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())   # no factors reused
     x = backend.asarray(np.load(DATA / "points_2d_1000.npy")[:n])
     img = backend.asarray(np.load(DATA / "image_gauss64.npy"))
-    return sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(img), tol=1e-10)
+    return solve_with(newton_options, sdot.SumOfDiracs(x), sdot.Grid(img), 1e-10, log)
 
 
 def counted(monkeypatch, calls, module, name):
@@ -73,15 +76,15 @@ def test_abandoned_trials_leave_the_solve_unchanged(eager_backend, n, monkeypatc
     """On the Gaussian image, with the first trials at ``min(1, 4 t)`` alone (not capped
     by the hiding step), some damping trials have an empty cell, which the kinetic update
     finds: abandoning them changes neither the steps nor the result (bit for bit)."""
-    monkeypatch.setattr(newton, "HIDING_MARGIN", np.inf)
+    uncapped = dataclasses.replace(options.DEFAULT, hiding_margin=np.inf)
     calls = []
     evaluate = counted(monkeypatch, calls, newton, "evaluate")
     counted(monkeypatch, calls, integrate, "cell_integrals")
-    fast = gaussian_plan(eager_backend, n, monkeypatch)
+    fast = gaussian_plan(eager_backend, n, monkeypatch, uncapped)
     if eager_backend.name in ("numpy", "torch"):      # JAX solves under jit: one trace
         assert calls.count("cell_integrals") < calls.count("evaluate"), "an abandoned trial has no integrals"
     monkeypatch.setattr(newton, "evaluate", lambda *a, trial=None, **k: evaluate(*a, **k))
-    slow = gaussian_plan(eager_backend, n, monkeypatch)
+    slow = gaussian_plan(eager_backend, n, monkeypatch, uncapped)
     assert int(fast.iterations) == int(slow.iterations)
     for name in ("distance", "cell_masses", "barycenters"):
         np.testing.assert_allclose(eager_backend.to_numpy(getattr(fast, name)),
@@ -90,33 +93,31 @@ def test_abandoned_trials_leave_the_solve_unchanged(eager_backend, n, monkeypatc
 
 @pytest.mark.parametrize("name", ["numpy", "torch"])
 def test_first_trials_stay_below_the_hiding_step(name, sdot_driver, monkeypatch):
-    """Every accepted step is at most :data:`HIDING_MARGIN` of the step that certainly
-    hides a seed, and on the Gaussian image (1000 points) the solve evaluates fewer
-    diagrams than by shrinking ``t`` from ``min(1, 4 t)`` alone, in no more steps.
-    (Eager backends, where the steps can be read on the host.)"""
-    from conftest import Backend
-
+    """Every accepted step is at most ``hiding_margin`` (of the default options) of the step
+    that certainly hides a seed, and on the Gaussian image (1000 points) the solve evaluates
+    fewer diagrams than by shrinking ``t`` from ``min(1, 4 t)`` alone (``hiding_margin``
+    infinite), in no more steps. (Eager backends, where the steps can be read on the host.)"""
     backend = Backend(name)
     sdot_driver.framework = backend.framework
     limits, steps = [], []
-    step_of, solve = hiding.hiding_step, newton.solve
+    step_of = hiding.hiding_step
 
     def hiding_step(*args):
         out = step_of(*args)
         limits.append(float(backend.to_numpy(out)))
         return out
     monkeypatch.setattr(hiding, "hiding_step", hiding_step)
-    monkeypatch.setattr(newton, "solve", lambda *a, **k: solve(
-        *a, **dict(k, log=lambda it, err, t, width: steps.append(float(backend.to_numpy(t))))))
+    log = lambda it, err, t, width: steps.append(float(backend.to_numpy(t)))
     calls, runs = [], {}
     counted(monkeypatch, calls, newton, "evaluate")
-    for margin in (np.inf, newton.HIDING_MARGIN):
+    default = options.DEFAULT.hiding_margin
+    for margin in (np.inf, default):
         calls.clear(), limits.clear(), steps.clear()
-        monkeypatch.setattr(newton, "HIDING_MARGIN", margin)
-        plan = gaussian_plan(backend, 1000, monkeypatch)
+        newton_options = dataclasses.replace(options.DEFAULT, hiding_margin=margin)
+        plan = gaussian_plan(backend, 1000, monkeypatch, newton_options, log)
         assert bool(plan.converged)
         runs[margin] = (int(plan.iterations), len(calls))
     assert len(limits) == len(steps) - 1 == int(plan.iterations)
-    assert all(t <= newton.HIDING_MARGIN * h for t, h in zip(steps[1:], limits))
-    assert runs[newton.HIDING_MARGIN][0] <= runs[np.inf][0]
-    assert runs[newton.HIDING_MARGIN][1] < runs[np.inf][1], runs
+    assert all(t <= default * h for t, h in zip(steps[1:], limits))
+    assert runs[default][0] <= runs[np.inf][0]
+    assert runs[default][1] < runs[np.inf][1], runs

@@ -4,12 +4,12 @@ Solve ``G(psi) = m`` where ``G_i`` is the mass of the Laguerre cell i. The
 Jacobian is the weighted graph Laplacian ``DG = D - W`` with
 ``W_ij = (int of rho over facet ij) / (2 |y_i - y_j|)``; its constant null
 space is fixed by a tiny diagonal regulariser. Each step solves
-``DG d = m - G`` and shrinks ``t`` (by :data:`BACKTRACK`) until every cell keeps
+``DG d = m - G`` and shrinks ``t`` (by ``backtrack``) until every cell keeps
 at least ``eps0 = min(min m, min G(psi_0)) / 2`` and
 ``|G(psi + t d) - m| <= (1 - t/2) |G(psi) - m|``. The first ``t`` of a step is
 not 1 but ``min(1, 4 t)`` of the last step's, ``min(1, 1.5 t)`` if the last step
 was damped (where steps must be damped they stay damped for a while), and at most
-:data:`HIDING_MARGIN` times the ``t`` at which a seed is certainly hidden
+``hiding_margin`` times the ``t`` at which a seed is certainly hidden
 (:func:`.hiding.hiding_step`, from the fans of the current neighbours): every
 rejected trial measured had an empty cell, and each costs a diagram. Measured on a
 Gaussian image at 1e5 (4 point sets): 11 to 13 steps and 14 to 20 diagrams, against
@@ -24,6 +24,9 @@ solve starts from the better of Voronoi and a similarity into the support's box
 :mod:`.continuation`, positive everywhere, and narrows the blur to 0 as the cells
 allow: every stage starts where each cell holds a share of its target, the
 condition under which the damped Newton method converges.
+
+The tuning values (``backtrack``, ``hiding_margin``...) are the fields of
+:class:`.options.NewtonOptions`, passed down from :func:`solve`.
 """
 from __future__ import annotations
 
@@ -32,54 +35,8 @@ from typing import NamedTuple
 import array_api_compat as aac
 
 from . import _compat, continuation, geometry, hiding, integrate
+from .options import DEFAULT
 from .polygons import offsets
-
-REGULARISATION = 1e-9
-#: The first damping trial of a step is ``min(1, GROWTH * t)``, ``t`` that of the last
-#: step, or ``min(1, DAMPED_GROWTH * t)`` if the last step had to be damped.
-GROWTH = 4.0
-DAMPED_GROWTH = 1.5
-#: The first trial is at most this share of the ``t`` that certainly hides a seed (cells
-#: empty earlier than the fan test sees; measured at 1e4 and 1e5: 0.8 gave the fewest
-#: diagrams and steps of 0.8, 0.85, 0.9, 0.95 and 0.999 over the box and a Gaussian image).
-HIDING_MARGIN = 0.8
-#: Factor of ``t`` after a rejected trial.
-BACKTRACK = 0.7
-#: Relative residual of the linear solves away from the solution (see :func:`_linear_rtol`).
-FORCING = 1e-2
-#: The start is the Voronoi diagram if every cell holds this share of its target (the
-#: damped Newton method copes with it), else see :func:`initial_weights`.
-START_ADMISSIBLE = 1e-2
-#: A width of the continuation is taken (and the density itself) when every cell holds
-#: this share of its target there.
-ADMISSIBLE = 0.1
-FINAL_ADMISSIBLE = 0.1
-#: Lifting the cells left in the zero region at the end of the continuation
-#: (:func:`lifted`): passes, rounds of doubling per pass (2^18 spans the raises measured),
-#: bisections.
-LIFT_PASSES = 3
-LIFT_ROUNDS = 18
-LIFT_BISECTIONS = 6
-#: Newton steps at a width > 0 run until every cell is within this relative error.
-STAGE_TOL = 0.7
-#: The widest width, in units of the longest side of the domain; narrower widths than
-#: MIN_WIDTH of it are not tried (the next one is the density itself).
-WIDEST = 1.0
-MIN_WIDTH = 1e-5
-#: Narrowing factors of the width: the first tried, the largest and the smallest.
-FIRST_RATIO, MAX_RATIO, MIN_RATIO = 4.0, 16.0, 1.2
-#: Margin of the similarity start in the support's box (a share of its sides).
-START_MARGIN = 0.1
-#: Quantile of the Diracs' coordinates that bounds the box the similarity start moves,
-#: and that box's largest reach from the median, in interquartile ranges (uniform Diracs:
-#: 2; one Dirac at 1e6 among 39 in the unit square, which the quantile keeps, made the
-#: others a cluster of size 1e-6, cells empty by rounding, and the solve stalled).
-START_QUANTILE = 0.02
-START_SPREAD = 4.0
-#: Steps in a row without an accepted trial, or with one shorter than :data:`STALL_STEP`,
-#: after which the solve stops (one Dirac at 1e6: 290 steps damped to about 1e-9).
-STALLS = 3
-STALL_STEP = 1e-8
 
 
 class Problem(NamedTuple):
@@ -176,9 +133,10 @@ def _without_integrals(xp, cells):
     return Evaluation(cells, xp.zeros((n, 4), dtype=dtype, device=dev), xp.zeros((n, cap), dtype=dtype, device=dev))
 
 
-def newton_direction(xp, prob, ev, active, rhs, rtol=None, fresh=None):
-    """Solve ``DG d = rhs`` (sparse, regularised weighted Laplacian), in the gauge mean(d) = 0,
-    to a relative residual ``rtol`` (see :func:`._compat.solve_laplacian`).
+def newton_direction(xp, prob, ev, active, rhs, regularisation, rtol=None, fresh=None):
+    """Solve ``DG d = rhs`` (sparse weighted Laplacian, ``regularisation`` times its mean
+    diagonal added to it), in the gauge mean(d) = 0, to a relative residual ``rtol`` (see
+    :func:`._compat.solve_laplacian`).
 
     ``DG`` is singular along constants: the part of ``rhs`` along them (its
     mean, which is rounding error since both mass vectors sum to the same
@@ -186,7 +144,7 @@ def newton_direction(xp, prob, ev, active, rhs, rtol=None, fresh=None):
     Otherwise the regulariser turns a rounding error of ``sum(rhs)`` into a
     huge constant shift of the weights, which costs FP32 all its precision.
     """
-    rows, cols, w, diag, rhs = _laplacian(xp, prob.seeds, ev.cells, ev.facet, active, rhs)
+    rows, cols, w, diag, rhs = _laplacian(xp, prob.seeds, ev.cells, ev.facet, active, rhs, regularisation)
     d = _compat.solve_laplacian(xp, rows, cols, w, diag, rhs, rtol, points=prob.seeds, fresh=fresh)
     return _centred(xp, d, active)
 
@@ -198,8 +156,9 @@ def _centred(xp, x, active):
     return xp.where(active, x - xp.sum(xp.where(active, x, 0.0)) / count, 0.0)
 
 
-def _laplacian(xp, seeds, cells, facet, active, rhs):
-    """Entries ``(rows, cols, w)`` of ``W``, the diagonal and the centred right-hand side.
+def _laplacian(xp, seeds, cells, facet, active, rhs, regularisation):
+    """Entries ``(rows, cols, w)`` of ``W``, the diagonal (``regularisation`` times its mean
+    added) and the centred right-hand side.
 
     ``W_ij = (int of rho over facet ij) / (2 |y_i - y_j|)``. Eagerly one entry per facet
     of nonzero integral, rows non-decreasing (:func:`_facet_entries`); traced one per
@@ -217,7 +176,7 @@ def _laplacian(xp, seeds, cells, facet, active, rhs):
     else:
         rows, cols, w = _facet_entries(xp, seeds, cells, facet)
         diag = _compat.segment_sum(xp, w, rows, n)
-    return (rows, cols, w) + _regularised(xp, diag, active, rhs)
+    return (rows, cols, w) + _regularised(xp, diag, active, rhs, regularisation)
 
 
 def _facet_entries(xp, seeds, cells, facet):
@@ -249,11 +208,11 @@ def _facet_weights(xp, seeds, rows, labels, count, facet):
     return other, xp.where(is_facet, facet / (2.0 * xp.where(is_facet, dist, 1.0)), 0.0)
 
 
-@_compat.jit_on_jax()
-def _regularised(xp, diag, active, rhs):
+@_compat.jit_on_jax("regularisation")
+def _regularised(xp, diag, active, rhs, regularisation):
     """:func:`_laplacian`'s regularised diagonal and centred right-hand side."""
     scale = xp.sum(diag) / xp.maximum(xp.sum(xp.astype(active, diag.dtype)), 1.0)
-    diag = xp.where(active, diag + REGULARISATION * scale, 1.0)
+    diag = xp.where(active, diag + regularisation * scale, 1.0)
     return diag, _centred(xp, rhs, active)
 
 
@@ -281,13 +240,13 @@ def integrals_at(xp, prob, cells, width):
     return Evaluation(cells, moments, facet)
 
 
-def similarity_weights(xp, prob):
+def similarity_weights(xp, prob, options):
     """Weights whose diagram takes each Dirac to a point of the density's support's box.
 
     With ``z_i = a y_i + b`` (the similarity, a contraction, that takes a robust box of
-    the Diracs, their quantiles :data:`START_QUANTILE` and ``1 -`` it within
-    :data:`START_SPREAD` interquartile ranges of the median, into the support's
-    box shrunk by :data:`START_MARGIN`, ``K``) and ``P`` the projection onto ``K``, the
+    the Diracs, their quantiles ``options.start_quantile`` and ``1 -`` it within
+    ``options.start_spread`` interquartile ranges of the median, into the support's
+    box shrunk by ``options.start_margin``, ``K``) and ``P`` the projection onto ``K``, the
     map ``y -> P(a y + b)`` is the gradient of the convex ``w(y) = h(a y + b) / a``,
     ``h(z) = (|z|^2 - d_K(z)^2) / 2``; the weights ``psi_i = |y_i|^2 - 2 w(y_i)`` give each
     Dirac a cell that contains ``P(z_i)``: inside the box, even for a Dirac far outside it.
@@ -305,15 +264,15 @@ def similarity_weights(xp, prob):
         box_lo.append(lo[axis] + first * step)
         box_hi.append(lo[axis] + (last + 1.0) * step)
     box_lo, box_hi = xp.stack(box_lo), xp.stack(box_hi)
-    inset = START_MARGIN * (box_hi - box_lo)
+    inset = options.start_margin * (box_hi - box_lo)
     k_lo, k_hi = box_lo + inset, box_hi - inset
     y = prob.seeds
     n = y.shape[0]
     ranked = xp.sort(y, axis=0)
-    cut = int(START_QUANTILE * (n - 1))
+    cut = int(options.start_quantile * (n - 1))
     mid, quarter = ranked[n // 2, :], ranked[(3 * n) // 4, :] - ranked[n // 4, :]
-    y_lo = xp.maximum(ranked[cut, :], mid - START_SPREAD * quarter)
-    y_hi = xp.minimum(ranked[n - 1 - cut, :], mid + START_SPREAD * quarter)
+    y_lo = xp.maximum(ranked[cut, :], mid - options.start_spread * quarter)
+    y_hi = xp.minimum(ranked[n - 1 - cut, :], mid + options.start_spread * quarter)
     span = xp.maximum(y_hi - y_lo, xp.finfo(y.dtype).smallest_normal)
     a = xp.minimum(xp.min((k_hi - k_lo) / span), 1.0)
     b = 0.5 * (k_lo + k_hi) - 0.5 * a * (y_lo + y_hi)
@@ -323,40 +282,40 @@ def similarity_weights(xp, prob):
     return _compat.dot(y, y) - 2.0 * w
 
 
-def initial_weights(xp, prob, active, targets, capacity=geometry.CAPACITY):
+def initial_weights(xp, prob, active, targets, options, capacity=geometry.CAPACITY):
     """The start: ``(psi, evaluation, width)``, the evaluation against the density blurred
     to ``width`` (0: the density itself).
 
-    The Voronoi diagram (psi = 0) if every cell holds :data:`START_ADMISSIBLE` of its
+    The Voronoi diagram (psi = 0) if every cell holds ``options.start_admissible`` of its
     target; else the better of it and :func:`similarity_weights`: the one whose poorest
     cell holds more, the similarity if a Voronoi cell misses the domain (a Dirac outside
     it). Unless that start is admissible, the continuation starts at the narrowest of the
-    widths ``WIDEST / 4^k`` (of the domain's size) at which every cell holds
-    :data:`ADMISSIBLE` of its target, and every wider one too (the widest if none).
+    widths ``options.widest / 4^k`` (of the domain's size) at which every cell holds
+    ``options.admissible`` of its target, and every wider one too (the widest if none).
     """
     zero = xp.zeros(prob.seeds.shape[:1], dtype=prob.seeds.dtype, device=aac.device(prob.seeds))
     ev = evaluate(xp, prob, zero, active, capacity=capacity)
     worst = _worst_ratio(xp, ev.moments, targets, active)
-    fair = worst >= START_ADMISSIBLE
+    fair = worst >= options.start_admissible
 
     def similarity():
-        psi1 = similarity_weights(xp, prob)
+        psi1 = similarity_weights(xp, prob, options)
         ev1 = evaluate(xp, prob, psi1, active, capacity=ev.cells.labels.shape[1])
         better = (_worst_ratio(xp, ev1.moments, targets, active) > worst) | xp.any(active & (ev.cells.count == 0))
         return _compat.cond(better, lambda: (psi1, ev1), lambda: (zero, ev))
     psi, ev = _compat.cond(fair, lambda: (zero, ev), similarity)
-    fair = _worst_ratio(xp, ev.moments, targets, active) >= START_ADMISSIBLE
+    fair = _worst_ratio(xp, ev.moments, targets, active) >= options.start_admissible
 
     def admissible(width):
         ratio = _worst_ratio(xp, integrals_at(xp, prob, ev.cells, width).moments, targets, active)
-        return ratio >= ADMISSIBLE
+        return ratio >= options.admissible
 
     def narrower(state):
         width, _ = state
-        ok = (width / 4.0 > MIN_WIDTH * side) & admissible(width / 4.0)
+        ok = (width / 4.0 > options.min_width * side) & admissible(width / 4.0)
         return xp.where(ok, width / 4.0, width), ok
     side = xp.max(prob.hi - prob.lo)
-    widest = WIDEST * side
+    widest = options.widest * side
     width = xp.where(fair, 0.0, widest)
     width = _compat.while_loop(lambda state: state[1], narrower, (width, ~fair))[0]
     ev = _compat.cond(fair, lambda: ev, lambda: integrals_at(xp, prob, ev.cells, width))
@@ -384,19 +343,20 @@ class _Stage(NamedTuple):
 
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.CAPACITY,
-          min_step=2.0 ** -30):
+          min_step=2.0 ** -30, options=DEFAULT):
     """Damped Newton from :func:`initial_weights`, through the widths of
     :mod:`.continuation` if the start needs them. Returns a :class:`Solution`.
 
-    At a width ``s > 0`` Newton steps run until every cell is within :data:`STAGE_TOL`
-    (relative) of its target; then ``s`` narrows to 0 if every cell holds
-    :data:`ADMISSIBLE` of its target against the density itself, else to ``s / r`` with
-    the largest ``r`` (at most :data:`MAX_RATIO`, halved in the exponent while a cell
-    would hold less). At width 0 the steps run to ``tol``. ``max_iter`` counts Newton
+    ``options`` (a :class:`.options.NewtonOptions`) holds the tuning values. At a width
+    ``s > 0`` Newton steps run until every cell is within ``options.stage_tol`` (relative)
+    of its target; then ``s`` narrows to 0 if every cell holds ``options.final_admissible``
+    of its target against the density itself, else to ``s / r`` with the largest ``r`` (at
+    most ``options.max_ratio``, halved in the exponent while a cell would hold less than
+    ``options.admissible``). At width 0 the steps run to ``tol``. ``max_iter`` counts Newton
     steps. A step that no trial satisfies leaves the weights as they are; after
-    :data:`STALLS` such steps in a row the solve stops (``Solution.status``).
+    ``options.stalls`` such steps in a row the solve stops (``Solution.status``).
     """
-    psi, ev, width = initial_weights(xp, prob, active, targets, capacity)
+    psi, ev, width = initial_weights(xp, prob, active, targets, options, capacity)
     dev = aac.device(psi)
     side = xp.max(prob.hi - prob.lo)
     spread = _masked_min(xp, targets, active) / xp.max(xp.where(active, targets, 0.0))
@@ -421,10 +381,10 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
 
         def cond(state):
             t, _, ok, tried, _ = state
-            return ~tried | (~ok & (BACKTRACK * t > min_step))
+            return ~tried | (~ok & (options.backtrack * t > min_step))
 
         def loop_body(state):
-            t = xp.where(state[3], BACKTRACK * state[0], state[0])
+            t = xp.where(state[3], options.backtrack * state[0], state[0])
             overflowed = state[4]
             del state                   # eagerly, the rejected diagram is freed before the next one
             new, ok = trial(t)
@@ -440,11 +400,11 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
         _, norm0 = error(st.ev.moments)
         # the hiding step's fans, eagerly on NumPy on another core during the host's sparse solve
         fans = _compat.in_background(lambda: hiding.fans(xp, prob.seeds, st.psi, active, st.ev.cells), st.psi)
-        d = newton_direction(xp, prob, st.ev, active, targets - st.ev.moments[:, 0],
-                             _linear_rtol(xp, tol, norm0, spread),
+        d = newton_direction(xp, prob, st.ev, active, targets - st.ev.moments[:, 0], options.regularisation,
+                             _linear_rtol(xp, tol, norm0, options.forcing, spread),
                              fresh=st.it == 0)
         hidden_at = hiding.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans)
-        t1 = xp.minimum(st.first, HIDING_MARGIN * hidden_at)
+        t1 = xp.minimum(st.first, options.hiding_margin * hidden_at)
         # a failed linear solve gives a non-finite direction: no trial
         no = xp.asarray(False, device=dev)
         t, new, ok, overflowed = _compat.cond(
@@ -454,48 +414,49 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
         err = error(ev.moments)[0]
         if log is not None:
             _compat.host_call(log, st.it + 1, err, xp.where(ok, t, 0.0), st.width)
-        first = xp.minimum(xp.where(t < st.first, DAMPED_GROWTH * t, GROWTH * t), 1.0)   # the next step's
+        # the next step's first trial
+        first = xp.minimum(xp.where(t < st.first, options.damped_growth * t, options.growth * t), 1.0)
         return st._replace(psi=psi, ev=ev, it=st.it + 1, err=err, first=xp.where(ok, first, st.first),
-                           t=xp.where(ok, t, 0.0), stalls=xp.where(ok & (t >= STALL_STEP), 0, st.stalls + 1),
+                           t=xp.where(ok, t, 0.0), stalls=xp.where(ok & (t >= options.stall_step), 0, st.stalls + 1),
                            overflowed=st.overflowed | overflowed)
 
     def narrowed(st):
         """The next width: 0 if the current cells are admissible for the density itself,
         else the largest ``width / r`` admissible, ``r`` from ``st.ratio`` down to
-        :data:`MIN_RATIO` by square roots (the last one taken even if not admissible)."""
+        ``options.min_ratio`` by square roots (the last one taken even if not admissible)."""
         def at(width):
             ev = integrals_at(xp, prob, st.ev.cells, width)
-            return _worst_ratio(xp, ev.moments, targets, active) >= ADMISSIBLE, ev
+            return _worst_ratio(xp, ev.moments, targets, active) >= options.admissible, ev
 
         def width_for(ratio):
-            return xp.where(st.width / ratio > MIN_WIDTH * side, st.width / ratio, 0.0)
+            return xp.where(st.width / ratio > options.min_width * side, st.width / ratio, 0.0)
 
         def search():
             def cond(state):
                 ratio, ok, _, tried = state
-                return ~tried | (~ok & (ratio > MIN_RATIO))
+                return ~tried | (~ok & (ratio > options.min_ratio))
 
             def body(state):
-                ratio = xp.where(state[3], xp.maximum(xp.sqrt(state[0]), MIN_RATIO), state[0])
+                ratio = xp.where(state[3], xp.maximum(xp.sqrt(state[0]), options.min_ratio), state[0])
                 return (ratio,) + at(width_for(ratio)) + (xp.asarray(True, device=dev),)
             no = xp.asarray(False, device=dev)
             ratio, _, ev, _ = _compat.while_loop(cond, body, (st.ratio, no, st.ev, no))
-            return width_for(ratio), xp.minimum(2.0 * ratio, MAX_RATIO), ev
+            return width_for(ratio), xp.minimum(2.0 * ratio, options.max_ratio), ev
 
         ev0 = integrals_at(xp, prob, st.ev.cells, xp.zeros_like(st.width))
-        to_zero = _worst_ratio(xp, ev0.moments, targets, active) >= FINAL_ADMISSIBLE
+        to_zero = _worst_ratio(xp, ev0.moments, targets, active) >= options.final_admissible
         width, ratio, ev = _compat.cond(to_zero, lambda: (xp.zeros_like(st.width), st.ratio, ev0), search)
         # the narrowest width reached, the density itself next: cells left in its zero region are lifted
-        psi, ev = _compat.cond((width == 0) & ~to_zero, lambda: lifted(xp, prob, st.psi, ev, active, targets),
+        psi, ev = _compat.cond((width == 0) & ~to_zero, lambda: lifted(xp, prob, st.psi, ev, active, targets, options),
                                lambda: (st.psi, ev))
         return st._replace(psi=psi, ev=ev, width=width, ratio=ratio, floor=floor_of(ev), err=error(ev.moments)[0],
                            stalls=xp.zeros_like(st.stalls), first=xp.ones_like(st.first))
 
     def stage_done(st):
-        return (st.width > 0) & (_relative_error(xp, st.ev.moments, targets, active) <= STAGE_TOL)
+        return (st.width > 0) & (_relative_error(xp, st.ev.moments, targets, active) <= options.stage_tol)
 
     def cond(st):
-        return (((st.width > 0) | (st.err > tol)) & (st.it < max_iter) & (st.stalls < STALLS))
+        return (((st.width > 0) | (st.err > tol)) & (st.it < max_iter) & (st.stalls < options.stalls))
 
     def body(st):
         return _compat.cond(stage_done(st), lambda: narrowed(st), lambda: newton_step(st))
@@ -505,7 +466,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
         _compat.host_call(log, 0, err0, 0.0, width)
     zero = xp.asarray(0, device=dev)
     one = xp.asarray(1.0, dtype=psi.dtype, device=dev)
-    st = _Stage(psi, ev, width, xp.asarray(FIRST_RATIO, dtype=psi.dtype, device=dev), floor_of(ev), zero, err0,
+    st = _Stage(psi, ev, width, xp.asarray(options.first_ratio, dtype=psi.dtype, device=dev), floor_of(ev), zero, err0,
                 one, one, zero, xp.asarray(False, device=dev))
     st = _compat.while_loop(cond, body, st)
     # a solve stopped before the last width reports the density itself
@@ -516,13 +477,13 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
     converged = (err <= tol) & sound & (st.width == 0)
     code = lambda c: xp.asarray(c, device=dev)
     status = xp.where(converged, code(CONVERGED), xp.where(~sound, code(UNSOUND), xp.where(
-        st.stalls >= STALLS, code(STALLED), code(MAX_ITERATIONS))))
+        st.stalls >= options.stalls, code(STALLED), code(MAX_ITERATIONS))))
     return Solution(st.psi, ev, err, st.it, converged, status, st.width, st.t, st.overflowed)
 
 
-def lifted(xp, prob, psi, ev, active, targets):
+def lifted(xp, prob, psi, ev, active, targets, options):
     """``(psi, evaluation)`` with the weights of the cells that hold less than
-    :data:`FINAL_ADMISSIBLE` of their target raised until they hold it.
+    ``options.final_admissible`` of their target raised until they hold it.
 
     Narrowed to the smallest width, the blur's tail still feeds cells of tiny targets
     outside the support (masses 1e-8 in the hole of an annulus, a few widths from its
@@ -534,7 +495,8 @@ def lifted(xp, prob, psi, ev, active, targets):
     can take each other's mass: a cell that holds too little at the end is put back to
     its ``G``, which lowered neighbours only help. A raised cell takes its neighbours'
     mass, and a neighbour of a tiny target may fall short in turn: up to
-    :data:`LIFT_PASSES` passes. Each round of a pass is one diagram.
+    ``options.lift_passes`` passes, each of at most ``options.lift_rounds`` doublings and
+    ``options.lift_bisections`` bisections. Each round of a pass is one diagram.
     """
     n = xp.maximum(xp.sum(xp.astype(active, psi.dtype)), 1.0)
     first = 1e-3 * xp.prod(prob.hi - prob.lo) / n
@@ -543,7 +505,7 @@ def lifted(xp, prob, psi, ev, active, targets):
     yes, zero = xp.asarray(True, device=dev), xp.asarray(0, device=dev)
 
     def poor_of(ev):
-        return active & (ev.moments[:, 0] < FINAL_ADMISSIBLE * targets)
+        return active & (ev.moments[:, 0] < options.final_admissible * targets)
 
     def one_pass(state):
         psi, ev, k = state
@@ -551,7 +513,7 @@ def lifted(xp, prob, psi, ev, active, targets):
 
         def holding(step):
             new = evaluate(xp, prob, psi + step, active, capacity=cap, previous=ev.cells)
-            return new, ~poor | (new.moments[:, 0] >= FINAL_ADMISSIBLE * targets)
+            return new, ~poor | (new.moments[:, 0] >= options.final_admissible * targets)
 
         def grow(state):
             step, _, k = state
@@ -569,35 +531,36 @@ def lifted(xp, prob, psi, ev, active, targets):
             ok = holding(step)[1]
             return xp.where(ok, step, grown), xp.any(~ok), k + 1
 
-        more = lambda state: state[1] & (state[2] < LIFT_ROUNDS)
+        more = lambda state: state[1] & (state[2] < options.lift_rounds)
         grown = _compat.while_loop(more, grow, (xp.where(poor, first, 0.0), yes, zero))[0]
-        _, step = _compat.fori_loop(0, LIFT_BISECTIONS, bisect, (xp.where(grown > first, 0.5 * grown, 0.0), grown))
+        _, step = _compat.fori_loop(0, options.lift_bisections, bisect,
+                                    (xp.where(grown > first, 0.5 * grown, 0.0), grown))
         step = _compat.while_loop(more, restore, (step, yes, zero))[0]
         return psi + step, holding(step)[0], k + 1
 
-    psi, ev, _ = _compat.while_loop(lambda state: xp.any(poor_of(state[1])) & (state[2] < LIFT_PASSES),
+    psi, ev, _ = _compat.while_loop(lambda state: xp.any(poor_of(state[1])) & (state[2] < options.lift_passes),
                                     one_pass, (psi, ev, zero))
     return psi, ev
 
 
-def _linear_rtol(xp, tol, norm, spread=1.0):
+def _linear_rtol(xp, tol, norm, forcing, spread=1.0):
     """Relative residual of a Newton solve (an inexact Newton method).
 
     The residual ``r`` of ``DG d = rhs`` adds ``t r`` to the next masses' error, so
     ``|r| <= 0.1 tol`` (``|rhs|`` is the Euclidean ``norm`` of the mass error) keeps it a
-    tenth of the tolerance; further from the solution the looser :data:`FORCING` is
-    enough: the next error is then about ``C |rhs|^2 + FORCING |rhs|`` (undamped) or
-    ``(1 - t + t FORCING) |rhs|``. Measured at 1e5 seeds (box and Gaussian image, tolerance
+    tenth of the tolerance; further from the solution the looser ``forcing`` is
+    enough: the next error is then about ``C |rhs|^2 + forcing |rhs|`` (undamped) or
+    ``(1 - t + t forcing) |rhs|``. Measured at 1e5 seeds (box and Gaussian image, tolerance
     1e-8): the same Newton steps and residuals as with a relative residual of 1e-5 to
     1e-7, in 42 and 146 conjugate gradient iterations instead of 73 and 159 with
-    FORCING 1e-3. FORCING 1e-2 (now): box 1e5 the same 5 steps in 31 iterations instead
-    of 43; Gaussian 1e5 11, 11, 11, 11 steps on 4 point sets instead of 12, 11, 13, 13
+    ``forcing`` 1e-3. ``forcing`` 1e-2 (the default): box 1e5 the same 5 steps in 31 iterations
+    instead of 43; Gaussian 1e5 11, 11, 11, 11 steps on 4 point sets instead of 12, 11, 13, 13
     (14 to 16 diagrams instead of 15 to 21); Gaussian 1e4 38 steps on 6 sets instead of 37.
     ``spread``, the smallest target over the largest: an L2 residual does not see the cells
     of the smallest targets (30 Diracs of masses over six decades on an annulus stalled
-    with FORCING alone), so the forcing term is scaled by it.
+    with ``forcing`` alone), so the forcing term is scaled by it.
     """
-    return xp.maximum(0.1 * tol / xp.where(norm > 0, norm, 1.0), FORCING * spread)
+    return xp.maximum(0.1 * tol / xp.where(norm > 0, norm, 1.0), forcing * spread)
 
 
 @_compat.jit_on_jax()

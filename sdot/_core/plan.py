@@ -14,16 +14,18 @@ from __future__ import annotations
 
 from . import _compat, geometry, newton
 from .gradients import GradientState
+from .options import DEFAULT
 
 
-def solve_plan(xp, prob, tol, max_iter, log=None, capacity=geometry.CAPACITY):
-    """Solve ``prob``; a dict of arrays (see :class:`sdot.OtPlan`), with the
-    ``solution``, the ``active`` mask, the :class:`GradientState` ``state`` and
-    ``overflow`` (a cell needed more than ``capacity`` vertices, or a solve that did not
-    converge rejected trials whose cells did: only under tracing)."""
+def solve_plan(xp, prob, tol, max_iter, log=None, capacity=geometry.CAPACITY, options=DEFAULT):
+    """Solve ``prob`` with the Newton ``options`` (a :class:`.options.NewtonOptions`); a
+    dict of arrays (see :class:`sdot.OtPlan`), with the ``solution``, the ``active`` mask,
+    the :class:`GradientState` ``state`` and ``overflow`` (a cell needed more than
+    ``capacity`` vertices, or a solve that did not converge rejected trials whose cells
+    did: only under tracing)."""
     rep, active, targets = newton.group_duplicates(xp, prob.seeds, prob.masses)
     unit, scale = normalised(xp, prob)
-    sol = newton.solve(xp, unit, tol, max_iter, active, targets, log=log, capacity=capacity)
+    sol = newton.solve(xp, unit, tol, max_iter, active, targets, log=log, capacity=capacity, options=options)
     sol = sol._replace(psi=sol.psi * (scale * scale), evaluation=_in_units(xp, sol.evaluation, scale))
     out = _plan_arrays(xp, prob, sol.evaluation.moments, sol.psi, rep, active, targets)
     state = GradientState(sol.evaluation.cells, sol.evaluation.moments, out.pop("psi"), rep, active, targets)
