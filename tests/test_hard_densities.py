@@ -103,13 +103,18 @@ def fields(plan):
     return {k: getattr(plan, k) for k in ("converged", "status", "residual", "distance", "brenier_potential")}
 
 
-def test_one_dirac_far_away(backend):
+@pytest.mark.parametrize("name", ["numpy", "array_api_strict", "torch", "jax-jit"])   # JAX arrays: the same jitted solve
+def test_one_dirac_far_away(sdot_driver, name):
     """39 Diracs in the unit square and one at (1e4, 1e4), box density: the far cell's
     bisectors are nearly parallel (its vertices were ill-conditioned, the repair's rounding
     scale was that of the far seed for every cell, the start squeezed the others into a
     cluster of size 1e-4; the solve stalled at a residual of 0.47). Certified by exact
     rational arithmetic; the reported weights have mean 0, which rounds the others' to
     about 1e-9 next to the far one's 2e8 (the cell masses to a few 1e-9)."""
+    from conftest import Backend
+
+    backend = Backend(name)
+    sdot_driver.framework = backend.framework
     pts = np.concatenate([np.random.default_rng(7).random((39, 2)), [[1e4, 1e4]]])
     src, grid = sdot.SumOfDiracs(backend.asarray(pts)), sdot.Grid(backend.asarray(np.ones((1, 1))))
     plan = SimpleNamespace(**backend.run(lambda s, g: fields(sdot.optimal_transport_plan(
@@ -250,15 +255,15 @@ def test_weighted_diracs_over_six_decades(sdot_driver, name):
 
 @pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
 def test_tiny_masses_in_the_hole_of_an_annulus(sdot_driver, name):
-    """100 Diracs of masses 1e-6 to 1 on an annulus: narrowed to the smallest width, cells
+    """40 Diracs of masses 1e-6 to 1 on an annulus: narrowed to the smallest width, cells
     of the tiniest masses in the hole still fed on the blur's tail and held nothing
-    against the annulus itself (not converged, 1e-5 after 134 steps); they are lifted."""
+    against the annulus itself (not converged, 3.8e-5 after 49 steps); they are lifted."""
     from conftest import Backend
 
     backend = Backend(name)
     sdot_driver.framework = backend.framework
-    rng = np.random.default_rng(1)
-    pts, w = rng.random((100, 2)), 10 ** rng.uniform(-6, 0, 100)
+    rng = np.random.default_rng(3)
+    pts, w = rng.random((40, 2)), 10 ** rng.uniform(-6, 0, 40)
     img = annulus(16)
     check_certified(backend, solve(backend, pts, img, weights=w), pts, img, weights=w)
 
