@@ -30,7 +30,7 @@ from typing import NamedTuple
 import array_api_compat as aac
 
 from . import _compat
-from .polygons import gather
+from .polygons import FAR, gather
 
 _GAUSS = (0.5 - 0.5 / math.sqrt(3.0), 0.5 + 0.5 / math.sqrt(3.0))
 
@@ -264,11 +264,6 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
     return (moments if origin is None else _about_seeds(xp, moments, origin)), facet
 
 
-#: A cell whose first vertex lies farther than this from its seed (in units of the domain's
-#: longest side: the solver's coordinates) is integrated about that vertex: about the seed,
-#: the closed forms cancel terms of size ``|x - y_i|^2`` (one Dirac at 1e6 among Diracs in
-#: the unit square: its cell's mass off by 2e-4, and the solve stalled).
-FAR = 2.0
 
 
 def _far_origins(xp, vertices, count):

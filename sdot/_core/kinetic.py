@@ -14,7 +14,7 @@ import array_api_compat as aac
 from . import _compat
 
 from . import polygons as pg
-from .polygons import box_cells, clip_by, slots_for
+from .polygons import FAR, box_cells, clip_by, slots_for
 from .agreement import unmatched
 from .repair import table
 
@@ -27,14 +27,6 @@ FLIP_PAIRS_TRACED = 0.5
 #: regular triangulation (measured at 1e5: a rebuild costs about as much as
 #: reclipping and repairing 15% of the cells).
 REBUILD_SHARE = 0.15
-#: A cell with a vertex farther than this from its seed (in units of the domain's longest
-#: side, the solver's coordinates) is clipped again rather than updated. Its bisectors
-#: are nearly parallel (their normals ``y_j - y_i`` differ by ``|y_j - y_k| / |y_j - y_i|``
-#: in angle), and a vertex meeting two of them is ill-conditioned: one Dirac at 1e6 among
-#: Diracs in the unit square had a vertex 3e-3 inside its true cell, 5e-5 of the square
-#: left uncovered, and the solve stalled. Clipping keeps every vertex on the previous
-#: polygon's edges, whatever the rounding of the half-planes.
-FAR = 2.0
 
 
 def update(xp, seeds, psi, active, lo, hi, previous, stop_if_empty=False):
@@ -234,6 +226,8 @@ def _polygons(xp, seeds, active, lo, hi, rows, nx, ny, offset, count, old_vertic
     inside = ((vx >= lo[0] - own_x - tol) & (vx <= hi[0] - own_x + tol)
               & (vy >= lo[1] - own_y - tol) & (vy <= hi[1] - own_y + tol))
     good = (det > 0) & (along >= -tol) & inside
+    # far from its seed, two bisectors of nearly parallel normals meet ill-conditioned (one
+    # Dirac at 1e6: a vertex 3e-3 inside the true cell): such a cell is clipped again
     ok = _compat.row_all(xp, good | ~valid) & ((count >= 3) | ~xp.take(active, rows)) & (scale[:, 0] <= FAR)
     return verts, ok, valid & (along < -tol)
 

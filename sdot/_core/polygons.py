@@ -19,6 +19,13 @@ from . import _compat
 CAPACITY = 16
 
 
+#: Distance from a seed (in units of the domain's longest side, the solver's coordinates)
+#: beyond which a cell is "far": its integrals are taken about its first vertex (about the
+#: seed, terms of size ``|x - y_i|^2`` cancel) and the kinetic update clips it again
+#: rather than meeting nearly parallel bisectors (one Dirac at 1e6 stalled the solve).
+FAR = 2.0
+
+
 def slots_for(vertices: int) -> int:
     """Capacity for cells of up to ``vertices`` vertices: room for 2 more (box sides),
     a multiple of 4."""
