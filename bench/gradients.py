@@ -85,8 +85,7 @@ def run_one(backend, n, repeat):
             xp, prob = _api._problem(src, tgt)
             res = plan.solve_plan(xp, prob, sdot.default_tolerance(), 100)
             needs = (wrt == "positions", False, wrt == "values")
-            return gradients.gradients(xp, prob.seeds, prob.masses, prob.density, prob.lo, prob.hi,
-                                       res["state"], needs)
+            return gradients.gradients(xp, prob.seeds, prob.masses, prob.density, res["state"], needs)
     out["forward"] = _best(forward, repeat)
     out["grad_positions"] = _best(lambda: with_grad("positions"), repeat)
     out["grad_values"] = _best(lambda: with_grad("values"), repeat)

@@ -12,6 +12,7 @@ import numpy as np
 
 from . import _autodiff, _driver
 from ._core import geometry, gradients, newton, plan
+from ._core.density import PixelDensity
 from ._core.options import DEFAULT as NEWTON_OPTIONS
 from ._grids import PolynomialGrid
 from ._measures import _Diracs, align
@@ -126,8 +127,8 @@ def _problem(source, target):
     xp = _driver.namespace(source.positions, target.values)
     dtype = _driver.compute_dtype(xp)
     source, target = source.astype(dtype), target.astype(dtype)   # normalise in `dtype`
-    prob = newton.Problem(source.positions, source.masses, target.density, *target.domain)
-    if any(_driver.is_tracer(a) for a in prob):
+    prob = newton.Problem(source.positions, source.masses, PixelDensity(target.density, *target.domain))
+    if any(_driver.is_tracer(a) for a in (prob.seeds, prob.masses) + tuple(prob.density)):
         return xp, prob                     # values unknown: no mass check under tracing
     _check_range(xp, prob)
     total_m = float(_autodiff.detach(xp.sum(prob.masses)))
@@ -227,7 +228,7 @@ def _near_duplicates(prob, tol):
     k = int(np.argmin(dist[:, 1]))
     lo, hi = (_driver._to_host(_autodiff.detach(a)) for a in (prob.lo, prob.hi))
     side = float(np.max(hi - lo))
-    dens = _driver._to_host(_autodiff.detach(prob.density))
+    dens = _driver._to_host(_autodiff.detach(prob.density.values))
     contrast = float(dens.max() / max(dens.mean(), np.finfo(float).tiny))
     eps = float(np.finfo(seeds.dtype).eps)
     resolved = 4.0 * eps * contrast / (np.sqrt(len(pts)) * tol) * side
@@ -266,7 +267,8 @@ def _failure(plan, stop, tol, max_iter, prob, options):
 def _solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
     """Solve with the Newton ``options`` (a :class:`._core.options.NewtonOptions`) on inputs
     cut from the autodiff graph, then attach the analytic gradients."""
-    cut = newton.Problem(*(_autodiff.detach(a) for a in prob))
+    cut = newton.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
+                         PixelDensity(*(_autodiff.detach(a) for a in prob.density)))
     if aac.is_jax_namespace(xp):
         capacity = geometry.CAPACITY
         while True:   # eagerly, a vertex-capacity overflow is retried; traced, it gives nan
@@ -278,8 +280,8 @@ def _solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
         with _autodiff.without_autodiff(xp):
             res = plan.solve_plan(xp, cut, tol, max_iter, log=log, options=options)
         res.update({k: _autodiff.released(res[k]) for k in _PLAN_ARRAYS + ("distance",)})
-    distance = _autodiff.attach(res["distance"], (prob.seeds, prob.masses, prob.density),
-                                (cut.lo, cut.hi, res["state"]), _gradients)
+    distance = _autodiff.attach(res["distance"], (prob.seeds, prob.masses, prob.density.values),
+                                (cut.density, res["state"]), _gradients)
     if nan_on_failure and _driver.is_tracer(res["converged"]):
         distance = xp.where(res["converged"], distance, xp.nan)
     sol = res["solution"]
@@ -295,10 +297,11 @@ _PLAN_ARRAYS = ("barycenters", "cell_masses", "brenier_potential", "converged", 
 
 
 def _gradients(inputs, state, needs):
-    """``dW/d(seeds, masses, density)`` (see :mod:`sdot._core.gradients`)."""
-    seeds, masses, density = inputs
-    lo, hi, gstate = state
-    return gradients.gradients(_driver.namespace(seeds), seeds, masses, density, lo, hi, gstate, needs)
+    """``dW/d(seeds, masses, density values)`` (see :mod:`sdot._core.gradients`); ``state``:
+    the density (detached) and the :class:`._core.gradients.GradientState`."""
+    seeds, masses, _ = inputs
+    density, gstate = state
+    return gradients.gradients(_driver.namespace(seeds), seeds, masses, density, gstate, needs)
 
 
 def distance(source, target, **options):

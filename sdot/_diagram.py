@@ -6,6 +6,7 @@ import numpy as np
 from . import _driver
 from ._driver import _to_host as _to_numpy
 from ._core import newton, plan
+from ._core.density import PixelDensity
 
 __all__ = ["PowerDiagram", "Cell"]
 
@@ -83,9 +84,9 @@ class PowerDiagram:
             xp = _driver.namespace(self.positions, self.weights, lo)
             dtype = _driver.compute_dtype(xp)
             seeds, psi, lo, hi = (xp.astype(a, dtype) for a in (self.positions, self.weights, lo, hi))
-            dens = xp.ones((1, 1), dtype=dtype)
-            cells, moments, _ = plan.diagram(xp, seeds, psi, dens, lo, hi)
-            self._state = (newton.Problem(seeds, None, dens, lo, hi), cells, moments)
+            dens = PixelDensity(xp.ones((1, 1), dtype=dtype), lo, hi)
+            cells, moments, _ = plan.diagram(xp, seeds, psi, dens)
+            self._state = (newton.Problem(seeds, None, dens), cells, moments)
         return self._state
 
     @property

@@ -78,10 +78,10 @@ def test_core_gradients_match_finite_differences(sdot_driver, reference):
     src, tgt = _api._check_pair(sdot.SumOfWeightedDiracs(x, w), sdot.Grid(img))
     xp, prob = _api._problem(src, tgt)
     state = plan.solve_plan(xp, prob, TOL, 100)["state"]
-    gy, gm, grho = gradients.gradients(xp, prob.seeds, prob.masses, prob.density, prob.lo, prob.hi, state)
+    gy, gm, grho = gradients.gradients(xp, prob.seeds, prob.masses, prob.density, state)
     gw = (gm - np.sum(gm * prob.masses)) / w.sum()             # d/dw of W(w / sum w)
     cell = 1.0 / img.size
-    gv = (grho - cell * np.sum(grho * prob.density)) / (img.sum() * cell)   # d/dv of W(v / int v)
+    gv = (grho - cell * np.sum(grho * prob.density.values)) / (img.sum() * cell)   # d/dv of W(v / int v)
     np.testing.assert_allclose(pick([gy, gw, gv], ENTRIES), reference, rtol=1e-6, atol=1e-9)
 
 

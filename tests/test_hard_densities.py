@@ -133,12 +133,14 @@ def test_one_dirac_very_far_away_in_the_core(name, far):
     W2^2 by ``|y - x|^2 ~ 2 far^2`` per unit: masses to 1e-9 allow W2^2 to 4e-9 far^2."""
     from conftest import Backend
     from sdot._core import newton, plan as core_plan
+    from sdot._core.density import PixelDensity
 
     backend = Backend(name)
     xp = backend.xp
     pts = np.concatenate([np.random.default_rng(8).random((39, 2)), [[far, far]]])
-    prob = newton.Problem(*(backend.asarray(a) for a in (pts, np.full(40, 1 / 40), np.ones((1, 1)), [0.0, 0.0],
-                                                         [1.0, 1.0])))
+    seeds, masses, values, lo, hi = (backend.asarray(a) for a in (pts, np.full(40, 1 / 40), np.ones((1, 1)),
+                                                                  [0.0, 0.0], [1.0, 1.0]))
+    prob = newton.Problem(seeds, masses, PixelDensity(values, lo, hi))
     out = backend.run(lambda p: {k: v for k, v in core_plan.solve_plan(xp, p, 1e-10, 100).items()
                                  if k in ("converged", "distance", "solution")}, prob)
     assert bool(out["converged"])

@@ -208,9 +208,11 @@ def test_stalled_message_gives_the_stall_step_of_the_options():
 
     from sdot import _api
     from sdot._core import newton, options
+    from sdot._core.density import PixelDensity
 
     n = 20
-    prob = newton.Problem(load("points_2d_1000.npy")[:n], np.full(n, 1 / n), np.ones((1, 1)), np.zeros(2), np.ones(2))
+    prob = newton.Problem(load("points_2d_1000.npy")[:n], np.full(n, 1 / n),
+                          PixelDensity(np.ones((1, 1)), np.zeros(2), np.ones(2)))
     stalled = SimpleNamespace(status=np.int64(newton.STALLED), residual=1e-3, iterations=7,
                               cell_masses=np.full(n, 1 / n))
     for step in (options.DEFAULT.stall_step, 3e-5):

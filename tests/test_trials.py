@@ -15,6 +15,7 @@ from conftest import Backend, solve_with
 import sdot
 from sdot._core import geometry, hiding, integrate, kinetic, newton, options
 from sdot._core._compat import linalg
+from sdot._core.density import PixelDensity
 
 DATA = Path(__file__).parent / "data"
 LO, HI = np.zeros(2), np.ones(2)
@@ -28,7 +29,7 @@ def trial_evaluations(backend, psi):
 
     def run(seeds, psi, lo, hi):
         active = xp.ones((7,), dtype=xp.bool)
-        prob = newton.Problem(seeds, None, xp.ones((1, 1), dtype=seeds.dtype), lo, hi)
+        prob = newton.Problem(seeds, None, PixelDensity(xp.ones((1, 1), dtype=seeds.dtype), lo, hi))
         start = geometry.power_cells(xp, seeds, xp.zeros_like(psi), active, lo, hi)
         cap = start.labels.shape[1]
         return tuple(newton.evaluate(xp, prob, psi, active, capacity=cap, previous=start, trial=trial)

@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, integrate
+from . import _compat
 
 
 class GradientState(NamedTuple):
@@ -36,12 +36,12 @@ class GradientState(NamedTuple):
     targets: object
 
 
-def gradients(xp, seeds, masses, density, lo, hi, state, needs=(True, True, True)):
-    """``(dW/dy (n, 2), dW/dm (n,), dW/drho (density shape))``; None where not ``needs``."""
+def gradients(xp, seeds, masses, density, state, needs=(True, True, True)):
+    """``(dW/dy (n, 2), dW/dm (n,), dW/drho)`` (the last of the shape of the parameters of
+    ``density``, a kind of :mod:`.density`); None where not ``needs``."""
     gy = position_gradient(xp, masses, state) if needs[0] else None
-    gm = mass_gradient(xp, seeds, lo, hi, state) if needs[1] else None
-    grho = (integrate.potential_integrals(xp, seeds, state.cells, state.psi, lo, hi, tuple(density.shape))
-            if needs[2] else None)
+    gm = mass_gradient(xp, seeds, density.lo, density.hi, state) if needs[1] else None
+    grho = density.potential_integrals(xp, seeds, state.cells, state.psi) if needs[2] else None
     return gy, gm, grho
 
 

@@ -34,19 +34,27 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, continuation, geometry, hiding, integrate
+from . import _compat, geometry, hiding
 from .options import DEFAULT
 from .polygons import offsets
 
 
 class Problem(NamedTuple):
-    """A semi-discrete problem in the computation namespace."""
+    """A semi-discrete problem in the computation namespace: the Diracs ``seeds`` (n, 2)
+    and their ``masses`` (n,) against a ``density`` (a kind of :mod:`.density`, of the
+    same total mass), whose box ``[lo, hi]`` is the domain of the cells."""
 
-    seeds: object      # (n, 2)
-    masses: object     # (n,), total = total density mass
-    density: object    # (n_x, n_y) cell values, integral = total mass
-    lo: object         # (2,)
-    hi: object         # (2,)
+    seeds: object
+    masses: object
+    density: object
+
+    @property
+    def lo(self):
+        return self.density.lo
+
+    @property
+    def hi(self):
+        return self.density.hi
 
 
 class Evaluation(NamedTuple):
@@ -120,7 +128,7 @@ def evaluate(xp, prob, psi, active, candidates=None, capacity=geometry.CAPACITY,
                                  previous=previous, stop_if_empty=stop)
     if stop and _compat.host_any(xp, ~cells.certified):
         return _without_integrals(xp, cells)
-    moments, facet = integrate.cell_integrals(xp, prob.seeds, cells, prob.density, prob.lo, prob.hi)
+    moments, facet = prob.density.integrals(xp, prob.seeds, cells)
     return Evaluation(cells, moments, facet)
 
 
@@ -234,10 +242,13 @@ def _relative_error(xp, moments, targets, active):
 def integrals_at(xp, prob, cells, width):
     """The :class:`Evaluation` of ``cells`` against the density blurred to ``width``
     (0: the density itself)."""
-    dens = _compat.cond(width > 0, lambda: continuation.blurred(xp, prob.density, width, prob.lo, prob.hi),
-                        lambda: prob.density)
-    moments, facet = integrate.cell_integrals(xp, prob.seeds, cells, dens, prob.lo, prob.hi)
+    moments, facet = _at_width(xp, prob.density, width).integrals(xp, prob.seeds, cells)
     return Evaluation(cells, moments, facet)
+
+
+def _at_width(xp, density, width):
+    """``density`` blurred to ``width`` (0: the density itself)."""
+    return _compat.cond(width > 0, lambda: density.blurred(xp, width), lambda: density)
 
 
 def similarity_weights(xp, prob, options):
@@ -252,18 +263,7 @@ def similarity_weights(xp, prob, options):
     Dirac a cell that contains ``P(z_i)``: inside the box, even for a Dirac far outside it.
     Without outliers, the Voronoi diagram of the Diracs moved into the support's box.
     """
-    dens, lo, hi = prob.density, prob.lo, prob.hi
-    shape = xp.asarray(dens.shape, dtype=lo.dtype, device=aac.device(lo))
-    box_lo, box_hi = [], []
-    for axis in (0, 1):
-        full = xp.any(dens > 0, axis=1 - axis)                   # rows or columns with mass
-        k = xp.astype(full, xp.int8)
-        first = xp.astype(xp.argmax(k), lo.dtype)
-        last = shape[axis] - 1 - xp.astype(xp.argmax(xp.flip(k)), lo.dtype)
-        step = (hi[axis] - lo[axis]) / shape[axis]
-        box_lo.append(lo[axis] + first * step)
-        box_hi.append(lo[axis] + (last + 1.0) * step)
-    box_lo, box_hi = xp.stack(box_lo), xp.stack(box_hi)
+    box_lo, box_hi = prob.density.support_box(xp)
     inset = options.start_margin * (box_hi - box_lo)
     k_lo, k_hi = box_lo + inset, box_hi - inset
     y = prob.seeds
@@ -368,8 +368,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
         return 0.5 * xp.minimum(_masked_min(xp, targets, active), _masked_min(xp, ev.moments[:, 0], active))
 
     def at_width(width):
-        return prob._replace(density=_compat.cond(
-            width > 0, lambda: continuation.blurred(xp, prob.density, width, prob.lo, prob.hi), lambda: prob.density))
+        return prob._replace(density=_at_width(xp, prob.density, width))
 
     def damped_step(stage_prob, psi, ev, d, norm0, t1, floor):
         """Shrink ``t`` from ``t1`` until the step is accepted; ``(t, evaluation, accepted)``."""

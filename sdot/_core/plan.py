@@ -40,8 +40,7 @@ def normalised(xp, prob):
     (the density times L^2, so that masses are unchanged), and L."""
     centre = 0.5 * (prob.lo + prob.hi)
     scale = xp.max(prob.hi - prob.lo)
-    return prob._replace(seeds=(prob.seeds - centre) / scale, lo=(prob.lo - centre) / scale,
-                         hi=(prob.hi - centre) / scale, density=prob.density * (scale * scale)), scale
+    return prob._replace(seeds=(prob.seeds - centre) / scale, density=prob.density.normalised(centre, scale)), scale
 
 
 @_compat.jit_on_jax()
@@ -79,12 +78,13 @@ def _plan_arrays(xp, prob, mom, psi_opt, rep, active, targets):
                 brenier_potential=psi, psi=centred)
 
 
-def diagram(xp, seeds, psi, density, lo, hi):
-    """Cells and per-cell moments of the power diagram ``(seeds, psi)``.
+def diagram(xp, seeds, psi, density):
+    """Cells and per-cell moments of the power diagram ``(seeds, psi)`` in the box of
+    ``density`` (a kind of :mod:`.density`).
 
     Of exact duplicates, the one of largest weight keeps the cell (the first
     on ties); the others are empty.
     """
     _, active, _ = newton.group_duplicates(xp, seeds, xp.ones_like(psi), psi)
-    prob = newton.Problem(seeds, None, density, lo, hi)
+    prob = newton.Problem(seeds, None, density)
     return newton.evaluate(xp, prob, psi, active)
