@@ -242,7 +242,7 @@ def test_zero_background_under_jit(sdot_driver):
     check_certified(backend, SimpleNamespace(**backend.run(fields, src, grid)), pts, img)
 
 
-@pytest.mark.parametrize("name", ["numpy", "torch", "jax"])   # array_api_strict: the generated supports
+@pytest.mark.parametrize("name", ["numpy", "torch"])   # JAX: the two discs; array_api_strict: the generated supports
 def test_weighted_diracs_over_six_decades(sdot_driver, name):
     from conftest import Backend
 
@@ -253,6 +253,29 @@ def test_weighted_diracs_over_six_decades(sdot_driver, name):
     w = 10 ** rng.uniform(-6, 0, 30)
     img = annulus(16)
     check_certified(eager_backend, solve(eager_backend, pts, img, weights=w), pts, img, weights=w)
+
+
+def two_discs(n=16):
+    x, y = grid_coordinates(n)
+    return ((((x - 0.28) ** 2 + (y - 0.3) ** 2) < 0.15 ** 2) | (((x - 0.72) ** 2 + (y - 0.7) ** 2) < 0.15 ** 2)) * 1.0
+
+
+@pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
+def test_masses_over_six_decades_on_two_discs(sdot_driver, name):
+    """120 Diracs of masses 1e-6 to 1 on two discs: at every narrowing of the blur the
+    cells of tiny masses were crushed by their neighbours' moves (steps damped to 0.02,
+    stalled after 130 steps at a residual of 7e-2); at widths > 0 the targets are raised
+    towards their mean. Converged in fewer than 80 steps."""
+    from conftest import Backend
+
+    backend = Backend(name)
+    sdot_driver.framework = backend.framework
+    rng = np.random.default_rng(3)
+    pts, w = rng.random((120, 2)), 10 ** rng.uniform(-6, 0, 120)
+    img = two_discs(16)
+    plan = solve(backend, pts, img, weights=w)
+    check_certified(backend, plan, pts, img, weights=w)
+    assert int(plan.iterations) < 80
 
 
 @pytest.mark.parametrize("name", ["numpy", "torch", "jax"])

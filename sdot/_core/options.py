@@ -46,6 +46,11 @@ class NewtonOptions:
     lift_rounds: int = 18
     #: Bisections of the raises per pass of the lift.
     lift_bisections: int = 6
+    #: At a width ``s > 0`` (of the domain's side) targets are raised to at least
+    #: ``wide_floor * s^floor_power`` times their mean (and scaled back to the total): cells of
+    #: tiny targets are crushed by their neighbours' moves at every narrowing of the blur.
+    wide_floor: float = 1.0
+    floor_power: float = 0.5
     #: Newton steps at a width > 0 run until every cell is within this relative error.
     stage_tol: float = 0.7
     #: The widest width of the continuation, in units of the longest side of the domain.
