@@ -4,23 +4,22 @@
 Ground truth: scipy's cells (``reference_cell`` of test_power_diagram), whose dual
 triangles every cell shares, and the same diagram with one edge taken out by hand.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 
-from sdot._core import agreement, geometry, kinetic
+from sdot._core import agreement, geometry
+from sdot._core.options import DIAGRAM
 from test_power_diagram import N, reference_cell
 from test_repair import without_one_edge
 from test_update import check_update_against_scipy
 
 LO, HI = np.zeros(2), np.ones(2)
 I, J = 33, 36                                   # cell 33 and its neighbour 36
-
-
-@pytest.fixture(autouse=True)
-def check_every_mask(monkeypatch):
-    """The check on masks of any size (eagerly it leaves masks of fewer than
-    AGREEMENT_FROM cells as they are; see the last test)."""
-    monkeypatch.setattr(agreement, "AGREEMENT_FROM", 0)
+#: The check on masks of any size (eagerly it leaves masks of fewer than
+#: ``agreement_from`` cells as they are; see :func:`test_eagerly_a_small_mask_is_left_as_it_is`).
+EVERY_MASK = dataclasses.replace(DIAGRAM, agreement_from=0)
 
 
 def seeds_and_neighbours():
@@ -30,19 +29,21 @@ def seeds_and_neighbours():
     return seeds, sorted(int(k) for k in ref["facets"] if k >= 0)
 
 
-def unmatched_cells(backend, seeds, mask, edge_out=True, size=None):
+def unmatched_cells(backend, seeds, mask, edge_out=True, size=None, options=EVERY_MASK):
     """The cells :func:`agreement.unmatched` flags in the exact diagram of ``seeds`` at
-    zero weights, or (``edge_out``) with cell I clipped by its neighbours but J."""
+    zero weights, or (``edge_out``) with cell I clipped by its neighbours but J, with the
+    diagram ``options``."""
     xp = backend.xp
     _, near = seeds_and_neighbours()
     others = [k for k in near if k != J]
 
     def run(y, lo, hi, mask):
         if edge_out:
-            _, _, cells = without_one_edge(xp, y, lo, hi, I, others)
+            _, _, cells = without_one_edge(xp, y, lo, hi, I, others, options)
         else:
-            cells = geometry.power_cells(xp, y, xp.zeros((N,), dtype=y.dtype), xp.ones((N,), dtype=xp.bool), lo, hi)
-        return agreement.unmatched(xp, cells, mask, size)
+            cells = geometry.power_cells(xp, y, xp.zeros((N,), dtype=y.dtype), xp.ones((N,), dtype=xp.bool), lo, hi,
+                                         options=options)
+        return agreement.unmatched(xp, cells, mask, size, options.agreement_from)
 
     mask = backend.xp.asarray(np.asarray(mask))
     out = backend.run(run, *(backend.asarray(a) for a in (seeds, LO, HI)), mask)
@@ -85,20 +86,19 @@ def test_a_traced_check_of_a_share_keeps_the_cells_left_unchecked(backend):
     assert got == ({I, J, far} if backend.name == "jax-jit" else {I, J})
 
 
-def test_eagerly_a_small_mask_is_left_as_it_is(backend, monkeypatch):
-    """Below AGREEMENT_FROM cells the eager check costs more than the local tests it
+def test_eagerly_a_small_mask_is_left_as_it_is(backend):
+    """Below ``agreement_from`` cells the eager check costs more than the local tests it
     saves: the mask comes back unchanged (an exact diagram, every cell flagged).
     Under ``jax.jit`` the check runs whatever the mask."""
-    monkeypatch.setattr(agreement, "AGREEMENT_FROM", N + 1)
     seeds, _ = seeds_and_neighbours()
-    got = unmatched_cells(backend, seeds, np.ones(N, bool), edge_out=False)
+    got = unmatched_cells(backend, seeds, np.ones(N, bool), edge_out=False,
+                          options=dataclasses.replace(DIAGRAM, agreement_from=N + 1))
     assert got == (set() if backend.name == "jax-jit" else set(range(N)))
 
 
 @pytest.mark.parametrize("flip_width", [4, 1])
-def test_updates_repaired_with_the_check_match_scipy(backend, monkeypatch, flip_width):
+def test_updates_repaired_with_the_check_match_scipy(backend, flip_width):
     """Kinetic updates with many flips (and with flip edges left out, which the repair
     must find), repaired with the check on every mask: certified, and scipy's cells."""
-    monkeypatch.setattr(kinetic, "REBUILD_SHARE", 2.0)
-    monkeypatch.setattr(kinetic, "FLIP_WIDTH", flip_width)
-    check_update_against_scipy(backend, 0.02)
+    check_update_against_scipy(backend, 0.02, dataclasses.replace(EVERY_MASK, rebuild_share=2.0,
+                                                                  flip_width=flip_width))

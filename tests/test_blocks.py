@@ -1,7 +1,8 @@
 """Eager NumPy and torch run the row-wise kernels (clipping, kinetic update, flip
-pairs, local cutters, areas, integrals, Newton matrix, hiding step) in blocks of ``_compat.control.BLOCK`` rows, to bound their
-memory: each must give the same result whatever the block size. (A whole solve
-would not show a wrong block: the repair heals the cells.)"""
+pairs, local cutters, areas, integrals, Newton matrix, hiding step) in blocks of
+``_compat.control.settings().block`` rows, to bound their memory: each must give the
+same result whatever the block size. (A whole solve would not show a wrong block: the
+repair heals the cells.)"""
 import numpy as np
 import pytest
 
@@ -40,62 +41,61 @@ def kernels(xp, b):
 
 
 @pytest.mark.parametrize("name", ["numpy", "torch"])
-def test_blocked_kernels_match_whole(name, monkeypatch):
+def test_blocked_kernels_match_whole(name):
     from conftest import Backend
 
     b = Backend(name)
     whole = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
     assert whole["flipped"].any() and not whole["ok"].all() and (whole["cutters"] >= 0).any()
     assert np.isfinite(whole["hiding"]) and (whole["weights"] > 0).any()
-    monkeypatch.setattr(_compat.control, "BLOCK", 41)     # 8 blocks of 38 rows, the last one 34
-    monkeypatch.setattr(_compat.control, "MIN_BLOCK", 1)
-    blocked = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
+    with _compat.control.host_settings(block=41, min_block=1):     # 8 blocks of 38 rows, the last one 34
+        blocked = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
     for k in whole:
         np.testing.assert_array_equal(blocked[k], whole[k], err_msg=k)
 
 
 @pytest.mark.parametrize("name", ["numpy", "torch"])
 def test_narrow_pass_matches_all_slots(name, monkeypatch):
-    """Eagerly the kernels over vertex slots run on the first ``NARROW`` slots of every
-    row, then on all slots of the rows with more vertices (``_compat.slotwise``): the
-    same result as on all slots of every row."""
+    """Eagerly the kernels over vertex slots run on the first ``settings().narrow`` slots
+    of every row, then on all slots of the rows with more vertices (``_compat.slotwise``):
+    the same result as on all slots of every row."""
     from conftest import Backend
 
     b = Backend(name)
     calls = []
     slotwise = _compat.slotwise
     monkeypatch.setattr(_compat, "slotwise", lambda xp, fn, count, *a: calls.append(
-        int(b.xp.sum(count > _compat.control.NARROW))) or slotwise(xp, fn, count, *a))
+        int(b.xp.sum(count > _compat.control.settings().narrow))) or slotwise(xp, fn, count, *a))
     narrow = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
     assert len(calls) >= 6 and 0 < max(calls) < 30            # both passes ran
-    monkeypatch.setattr(_compat.control, "NARROW", 64)         # every cell fits: one pass on all slots
-    whole = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
+    with _compat.control.host_settings(narrow=64):              # every cell fits: one pass on all slots
+        whole = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
     for k in whole:
         np.testing.assert_array_equal(narrow[k], whole[k], err_msg=k)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_a_kernel_on_no_rows_runs_once(monkeypatch, threads):
+def test_a_kernel_on_no_rows_runs_once(threads):
     """No rows (an empty selection of cells to repair): the kernel runs once on them
     (a division by zero blocks before)."""
-    monkeypatch.setattr(_compat.control, "THREADS", threads)
     calls = []
-    out = _compat.blockwise(np, lambda a: calls.append(a.shape) or 2 * a, np.zeros((0, 3)))
+    with _compat.control.host_settings(threads=threads):
+        out = _compat.blockwise(np, lambda a: calls.append(a.shape) or 2 * a, np.zeros((0, 3)))
     assert out.shape == (0, 3) and calls == [(0, 3)]
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 8])
 @pytest.mark.parametrize("n", [1, 2047, 5000, 10000, 16384, 16385, 100000, 10 ** 6 + 7])
 def test_blocks_share_the_rows_evenly_between_threads(n, threads):
-    """At most BLOCK rows per block and at least MIN_BLOCK unless one block holds all;
-    with rows for every thread, a multiple of ``threads`` blocks of equal size (the last
-    one short by less than a row per block)."""
+    """At most ``block`` rows per block and at least ``min_block`` unless one block holds
+    all; with rows for every thread, a multiple of ``threads`` blocks of equal size (the
+    last one short by less than a row per block)."""
     control = _compat.control
     size = control._block_rows(n, threads)
     blocks = -(-n // size)
-    assert size <= control.BLOCK or blocks == 1
-    assert size >= control.MIN_BLOCK or blocks == 1
-    if n >= threads * control.MIN_BLOCK:
+    assert size <= control.settings().block or blocks == 1
+    assert size >= control.settings().min_block or blocks == 1
+    if n >= threads * control.settings().min_block:
         assert blocks % threads == 0
         assert n - (blocks - 1) * size > size - blocks
 
@@ -123,14 +123,13 @@ def test_per_seed_and_per_pixel_data_are_computed_once_not_per_block(monkeypatch
         return wrapper
     monkeypatch.setattr(repair, "_planes", counted(repair._planes, "planes"))
     monkeypatch.setattr(integrate, "prefix_tables", counted(integrate.prefix_tables, "tables"))
-    monkeypatch.setattr(_compat.control, "BLOCK", 41)     # 8 blocks
-    monkeypatch.setattr(_compat.control, "MIN_BLOCK", 1)
-    kernels(xp, Backend("numpy"))                          # one call of each
+    with _compat.control.host_settings(block=41, min_block=1):     # 8 blocks
+        kernels(xp, Backend("numpy"))                              # one call of each
     assert calls == {"planes": 1, "tables": 1}
 
 
 @pytest.mark.parametrize("name", ["numpy", "torch"])
-def test_background_work_runs_on_a_thread_of_its_own_on_numpy(name, monkeypatch):
+def test_background_work_runs_on_a_thread_of_its_own_on_numpy(name):
     """``in_background`` starts an eager NumPy computation on a thread of its own, whose
     blocks run there (the worker threads stay free for the caller), and gives the same
     result; on torch, or with one thread, it computes at once on the caller's thread."""
@@ -146,10 +145,10 @@ def test_background_work_runs_on_a_thread_of_its_own_on_numpy(name, monkeypatch)
         seen.append(threading.current_thread().name)
         return 2 * a
     for threads in (2, 1):
-        monkeypatch.setattr(_compat.control, "THREADS", threads)
         seen.clear()
-        handle = _compat.in_background(lambda: _compat.blockwise(b.xp, double, x), x)
-        out = _compat.background_result(handle)
+        with _compat.control.host_settings(threads=threads):
+            handle = _compat.in_background(lambda: _compat.blockwise(b.xp, double, x), x)
+            out = _compat.background_result(handle)
         np.testing.assert_array_equal(b.to_numpy(out), 2 * b.to_numpy(x))
         background = name == "numpy" and threads == 2
         assert (handle is not out) == background
@@ -167,21 +166,19 @@ def test_the_solve_computes_the_hiding_fans_during_the_linear_solve(sdot_driver,
     import threading
 
     import sdot
-    from sdot._core._compat import linalg
 
     sdot_driver.framework = "numpy"
     fans, names = hiding.fans, []
     monkeypatch.setattr(hiding, "fans", lambda *a: names.append(threading.current_thread().name) or fans(*a))
     rng = np.random.default_rng(2)
     x = rng.random((3000, 2))
-    monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())   # no factors reused
-    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(np.ones((4, 4))), tol=1e-9)
+    with _compat.control.host_settings(threads=2):
+        plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(np.ones((4, 4))), tol=1e-9)
     assert len(names) == int(plan.iterations) >= 3
     assert all(n.startswith("sdot-background") for n in names)
-    monkeypatch.setattr(_compat.control, "THREADS", 1)
     names.clear()
-    monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())
-    alone = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(np.ones((4, 4))), tol=1e-9)
+    with _compat.control.host_settings(threads=1):
+        alone = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(np.ones((4, 4))), tol=1e-9)
     assert names and not any(n.startswith("sdot-background") for n in names)
     assert int(alone.iterations) == int(plan.iterations)
     np.testing.assert_array_equal(alone.brenier_potential, plan.brenier_potential)

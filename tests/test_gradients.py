@@ -173,23 +173,45 @@ def test_torch_plan_tensors_are_ordinary_tensors():
     assert float(inner) == pytest.approx(float(plan.distance.detach()), rel=1e-12)
 
 
-def test_jax_jit_value_and_grad_and_jacfwd(monkeypatch):
-    """Jitted, eager and forward-mode give the same value and gradient to 1e-12, each
-    solve starting without kept LU factors (old factors precondition the Newton
-    solves differently: in the full suite they moved the stopping point, within the
-    tolerance, by 3e-11 of W2)."""
-    from sdot._core._compat import linalg
-
+def test_jax_jit_value_and_grad_and_jacfwd():
+    """Jitted, eager and forward-mode give the same value and gradient to 1e-12, in this
+    order and with no reset between them: each solve starts without LU factors kept from
+    another (factors precondition the Newton solves, and move the stopping point within
+    the tolerance)."""
     x, w, img = map(jnp.asarray, problem(5))
-
-    def fresh(fn):
-        monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())
-        return fn(x, w, img)
-    v, g = fresh(jax.jit(jax.value_and_grad(jax_w2)))
-    v_eager, g_eager = fresh(jax.value_and_grad(jax_w2))
+    v, g = jax.jit(jax.value_and_grad(jax_w2))(x, w, img)
+    v_eager, g_eager = jax.value_and_grad(jax_w2)(x, w, img)
     assert float(v) == pytest.approx(float(v_eager), rel=1e-12)
     np.testing.assert_allclose(np.asarray(g), np.asarray(g_eager), atol=1e-12)
-    np.testing.assert_allclose(np.asarray(fresh(jax.jacfwd(jax_w2))), np.asarray(g), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(jax.jacfwd(jax_w2)(x, w, img)), np.asarray(g), atol=1e-12)
+
+
+def test_jax_solves_of_one_shape_compile_once_and_keep_no_factors():
+    """Solves of one shape run one compiled program, with the default options or an equal
+    copy of them (the linear solver is made while tracing, not a static argument), and
+    each starts without the factors of the solve before it: a problem solved again after
+    a nearby one, whose factors would precondition its Newton matrices, gives the same
+    plan bit for bit."""
+    import dataclasses
+
+    from conftest import solve_with
+    from sdot import _api
+    from sdot._core import options
+
+    x, w, img = problem(5)
+    nearby = x + 1e-4 * np.random.default_rng(1).standard_normal(x.shape)
+
+    def plan(positions, newton_options):
+        source = sdot.SumOfWeightedDiracs(jnp.asarray(positions), jnp.asarray(w))
+        return solve_with(newton_options, source, sdot.Grid(jnp.asarray(img)), 1e-10)
+    first = plan(x, options.DEFAULT)
+    compiled = _api._jax_solve_plan()._cache_size()
+    plan(nearby, dataclasses.replace(options.DEFAULT))
+    again = plan(x, dataclasses.replace(options.DEFAULT))
+    assert _api._jax_solve_plan()._cache_size() == compiled
+    assert bool(first.converged)
+    for name in ("distance", "brenier_potential", "cell_masses", "barycenters", "iterations"):
+        np.testing.assert_array_equal(np.asarray(getattr(again, name)), np.asarray(getattr(first, name)), name)
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2])

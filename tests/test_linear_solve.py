@@ -1,11 +1,15 @@
-"""The host linear solve of the Newton steps: reuse of old factors, against scipy's spsolve."""
+"""The linear solvers of the Newton steps: reuse of old factors by the host solver, the
+pure-array conjugate gradient, against scipy's spsolve."""
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from scipy.sparse.linalg import spsolve
 
-from sdot._core import _compat
 from sdot._core._compat import linalg
+
+FACTORS = linalg.FactorPCGOptions()
 
 
 def laplacian(rng, n, jitter):
@@ -30,20 +34,36 @@ def test_successive_solves_reuse_the_factors():
     import array_api_compat.numpy as xp
 
     rng = np.random.default_rng(0)
-    cache = linalg._factor_cache
-    cache.lu = None
-    before = cache.factorisations, cache.reuses
+    solver = FACTORS.solver()
     rows, cols, w, diag = laplacian(rng, 500, 0.0)
     b = rng.standard_normal(500)
-    x = _compat.solve_laplacian(xp, rows, cols, w, diag, b)
+    x = solver.solve(xp, rows, cols, w, diag, b)
     np.testing.assert_allclose(x, spsolve(dense(rows, cols, w, diag).tocsc(), b), rtol=1e-9)
     w2 = w * (1.0 + 0.05 * rng.random(w.size))          # the next Newton matrix
     w2 = np.concatenate([w2[:w.size // 2], w2[:w.size // 2]])
     diag2 = np.bincount(rows, weights=w2, minlength=500) + 1e-3
-    x2 = _compat.solve_laplacian(xp, rows, cols, w2, diag2, b)
+    x2 = solver.solve(xp, rows, cols, w2, diag2, b)
     exact = spsolve(dense(rows, cols, w2, diag2).tocsc(), b)
     assert np.linalg.norm(x2 - exact) <= 1e-8 * np.linalg.norm(exact)
-    assert (cache.factorisations, cache.reuses) == (before[0] + 1, before[1] + 1)
+    assert (solver.cache.factorisations, solver.cache.reuses) == (1, 1)
+    fresh = FACTORS.solver()                              # another solve's solver: its own factors
+    np.testing.assert_allclose(fresh.solve(xp, rows, cols, w2, diag2, b), exact, rtol=1e-9)
+    assert (fresh.cache.factorisations, fresh.cache.reuses, solver.cache.factorisations) == (1, 0, 1)
+
+
+def test_a_fresh_solve_forgets_the_factors():
+    """``fresh``, the first solve of a Newton solve (under ``jax.jit`` one solver serves
+    every run of the compiled solve): a new factorisation, not the kept factors."""
+    import array_api_compat.numpy as xp
+
+    rng = np.random.default_rng(0)
+    solver = FACTORS.solver()
+    rows, cols, w, diag = laplacian(rng, 500, 0.0)
+    b = rng.standard_normal(500)
+    first = solver.solve(xp, rows, cols, w, diag, b)
+    again = solver.solve(xp, rows, cols, w, diag, b, fresh=np.asarray(True))
+    np.testing.assert_array_equal(again, first)
+    assert (solver.cache.factorisations, solver.cache.reuses) == (2, 0)
 
 
 def test_factors_of_another_problem_are_not_tried(monkeypatch):
@@ -52,7 +72,7 @@ def test_factors_of_another_problem_are_not_tried(monkeypatch):
     factorised without trying the old factors; a nearby one (5% changes) tries them."""
     import array_api_compat.numpy as xp
 
-    monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())
+    solver = FACTORS.solver()
     tried = []
     monkeypatch.setattr(linalg, "_pcg", lambda *args: tried.append(len(tried)) or (None, 0))
     rng = np.random.default_rng(5)
@@ -63,9 +83,9 @@ def test_factors_of_another_problem_are_not_tried(monkeypatch):
     for half in (first, other, nearby):
         w = np.tile(half, 2)
         diag = np.bincount(rows, weights=w, minlength=400) + 1e-3
-        x = _compat.solve_laplacian(xp, rows, cols, w, diag, b)
+        x = solver.solve(xp, rows, cols, w, diag, b)
         np.testing.assert_allclose(x, spsolve(dense(rows, cols, w, diag).tocsc(), b), rtol=1e-9)
-    assert (linalg._factor_cache.factorisations, len(tried)) == (3, 1)   # only the nearby one tried
+    assert (solver.cache.factorisations, len(tried)) == (3, 1)   # only the nearby one tried
 
 
 @pytest.mark.parametrize("jitter", [0.0, 10.0])
@@ -80,25 +100,27 @@ def test_pcg_reports_failure(jitter):
     assert it < 2000 and np.linalg.norm(mat @ x - b) <= 1e-10 * np.linalg.norm(b)
 
 
+@pytest.mark.parametrize("options", [FACTORS, linalg.JacobiPCGOptions()], ids=["factors", "jacobi"])
 @pytest.mark.parametrize("rtol", [1e-4, 1e-10])
-def test_solve_meets_the_requested_residual(backend, rtol):
-    """``solve_laplacian`` honours ``rtol`` on every backend: ``|b - A x| <= rtol |b|``
+def test_solve_meets_the_requested_residual(backend, rtol, options):
+    """Both linear solvers honour ``rtol`` on every backend: ``|b - A x| <= rtol |b|``
     (a fresh factorisation is exact; a reused one, or the conjugate gradient
-    without a host, stops at ``rtol``)."""
+    without a host or by choice, stops at ``rtol``)."""
     rng = np.random.default_rng(2)
     rows, cols, w, diag = laplacian(rng, 400, 1.0)
     b = rng.standard_normal(400)
     mat = dense(rows, cols, w, diag)
     xp = backend.xp
+    solver = options.solver()
     rc = [backend.asarray(a, np.int64) for a in (rows, cols)]
-    _compat.solve_laplacian(xp, *rc, *(backend.asarray(a) for a in (w, diag, b)))  # factors to reuse
+    solver.solve(xp, *rc, *(backend.asarray(a) for a in (w, diag, b)))  # factors to reuse
     w2 = w * (1.0 + 0.2 * rng.random(w.size))
     w2 = np.concatenate([w2[:w.size // 2], w2[:w.size // 2]])
     diag2 = np.bincount(rows, weights=w2, minlength=400) + 1e-3
     mat = dense(rows, cols, w2, diag2)
 
     def run(r, c, weights, d, rhs, tol):
-        return _compat.solve_laplacian(xp, r, c, weights, d, rhs, tol)
+        return solver.solve(xp, r, c, weights, d, rhs, tol)
     x = backend.to_numpy(backend.run(run, *rc, *(backend.asarray(a) for a in (w2, diag2, b, np.float64(rtol)))))
     assert np.linalg.norm(b - mat @ x) <= rtol * np.linalg.norm(b) * (1 + 1e-6)
     if rtol == 1e-4:
@@ -143,41 +165,54 @@ def _solve_repeatedly(monkeypatch, solves, iterations):
     reported = iter(iterations)
     monkeypatch.setattr(linalg, "_pcg", lambda mat, b, precondition, rtol, max_iter: (
         precondition(b), next(reported)))
-    cache = linalg._FactorCache()
-    monkeypatch.setattr(linalg, "_factor_cache", cache)
+    solver = FACTORS.solver()
     for _ in range(solves):
-        x = _compat.solve_laplacian(xp, rows, cols, w, diag, b)
+        x = solver.solve(xp, rows, cols, w, diag, b)
         np.testing.assert_allclose(x, exact, rtol=1e-9)
     assert next(reported, None) is None
+    cache = solver.cache
+    assert cache.iterations == sum(iterations)
     return cache.factorisations, cache.reuses, cache.lu.nnz / 400 if cache.lu else None
 
 
 def test_factors_kept_while_cheap(monkeypatch):
-    """Solves that take at most CG_FRESH iterations never pay for a new factorisation."""
-    assert _solve_repeatedly(monkeypatch, 13, [linalg.CG_FRESH] * 12)[:2] == (1, 12)
+    """Solves that take at most ``fresh_iterations`` iterations never pay for a new
+    factorisation."""
+    assert _solve_repeatedly(monkeypatch, 13, [FACTORS.fresh_iterations] * 12)[:2] == (1, 12)
 
 
 def test_factors_renewed_once_their_extra_iterations_cost_a_factorisation(monkeypatch):
-    """Rent or buy: the factors go once the iterations beyond CG_FRESH, summed since the
-    factorisation, exceed nnz(L + U) / n; the next solve factorises again and starts
-    a new sum."""
+    """Rent or buy: the factors go once the iterations beyond ``fresh_iterations``, summed
+    since the factorisation, exceed nnz(L + U) / n; the next solve factorises again and
+    starts a new sum."""
     import math
 
-    budget = _solve_repeatedly(monkeypatch, 2, [linalg.CG_FRESH])[2]
+    budget = _solve_repeatedly(monkeypatch, 2, [FACTORS.fresh_iterations])[2]
     assert budget > 20                                     # the rule before: renew beyond 20
-    half = linalg.CG_FRESH + math.floor(budget / 2)       # two of these stay within the budget
+    half = FACTORS.fresh_iterations + math.floor(budget / 2)   # two of these stay within the budget
     assert _solve_repeatedly(monkeypatch, 5, [half, half, 0, half])[:2] == (1, 4)
     over = half + 2                                        # two of these exceed it
     # factorise, reuse, reuse (then drop), factorise, reuse, reuse (a new sum: kept)
     assert _solve_repeatedly(monkeypatch, 6, [over, over, half, half])[:3] == (2, 4, budget)
 
 
-def test_inexact_newton_takes_the_steps_of_exact_solves(monkeypatch, sdot_driver):
+def recording(made):
+    """Options of the host solver that append each solver they make to ``made`` (a linear
+    solver of one's own, through the seam the solves use)."""
+    @dataclasses.dataclass(frozen=True)
+    class Recorded(linalg.FactorPCGOptions):
+        def solver(self):
+            made.append(super().solver())
+            return made[-1]
+    return Recorded()
+
+
+def test_inexact_newton_takes_the_steps_of_exact_solves(sdot_driver):
     """Newton directions solved to the relative residual ``forcing`` (of the default
     options) reach the tolerance in the same steps as (nearly) exact ones (``forcing``
     1e-12), at the same weights, in fewer conjugate gradient iterations (a Gaussian image:
-    damped steps, then quadratic ones). NumPy: the iterations are counted on the host."""
-    import dataclasses
+    damped steps, then quadratic ones). NumPy: the iterations are counted on the host,
+    by each solve's own solver."""
     from pathlib import Path
 
     from conftest import solve_with
@@ -188,40 +223,57 @@ def test_inexact_newton_takes_the_steps_of_exact_solves(monkeypatch, sdot_driver
     sdot_driver.framework = "numpy"
     data = Path(__file__).parent / "data"
     points, image = np.load(data / "points_2d_10000.npy")[:4000], np.load(data / "image_gauss64.npy")
-    iterations, caches = [], []
-    pcg = linalg._pcg
+    solvers = []
 
-    def counted(*args):
-        x, it = pcg(*args)
-        iterations[-1] += it
-        return x, it
-    monkeypatch.setattr(linalg, "_pcg", counted)
-
-    def run(newton_options):
-        iterations.append(0)
-        caches.append(linalg._FactorCache())
-        monkeypatch.setattr(linalg, "_factor_cache", caches[-1])
+    def run(forcing):
+        newton_options = dataclasses.replace(options.DEFAULT, forcing=forcing, linear=recording(solvers))
         return solve_with(newton_options, sdot.SumOfDiracs(points), sdot.Grid(image), 1e-8)
-    inexact = run(options.DEFAULT)
-    exact = run(dataclasses.replace(options.DEFAULT, forcing=1e-12))
+    inexact = run(options.DEFAULT.forcing)
+    exact = run(1e-12)
+    assert len(solvers) == 2
     assert bool(inexact.converged) and bool(exact.converged)
     assert int(inexact.iterations) == int(exact.iterations) >= 6
     assert float(inexact.residual) <= 1e-8
     psi, psi_exact = (np.asarray(p.brenier_potential) for p in (inexact, exact))
     np.testing.assert_allclose(psi, psi_exact, rtol=0, atol=1e-6 * np.ptp(psi_exact))
-    assert iterations[0] < iterations[1]      # measured 42 and 63, and 1 and 2 factorisations
-    assert caches[0].factorisations <= caches[1].factorisations
+    inexact_cache, exact_cache = (s.cache for s in solvers)
+    assert inexact_cache.iterations < exact_cache.iterations      # measured 42 and 63
+    assert inexact_cache.factorisations <= exact_cache.factorisations     # 1 and 2
+
+
+def test_a_solve_with_the_pure_array_solver(sdot_driver):
+    """The linear solver is pluggable: with Jacobi-preconditioned conjugate gradient
+    instead of the host's factors, the same steps and a plan within the tolerance of the
+    default one (a Gaussian image, NumPy)."""
+    from pathlib import Path
+
+    from conftest import solve_with
+
+    import sdot
+    from sdot._core import options
+
+    sdot_driver.framework = "numpy"
+    data = Path(__file__).parent / "data"
+    source = sdot.SumOfDiracs(np.load(data / "points_2d_1000.npy"))
+    target = sdot.Grid(np.load(data / "image_gauss64.npy"))
+    made = []
+    default = solve_with(dataclasses.replace(options.DEFAULT, linear=recording(made)), source, target, 1e-10)
+    jacobi = solve_with(dataclasses.replace(options.DEFAULT, linear=linalg.JacobiPCGOptions()), source, target, 1e-10)
+    assert bool(default.converged) and bool(jacobi.converged)
+    assert int(jacobi.iterations) == int(default.iterations)
+    assert made[0].cache.factorisations >= 1                 # the default is the host's factors
+    np.testing.assert_allclose(jacobi.cell_masses, default.cell_masses, rtol=0, atol=2e-10)
+    assert float(jacobi.distance) == pytest.approx(float(default.distance), rel=1e-8)
 
 
 @pytest.mark.parametrize("regulariser", [1e-3, 1e-9])
-def test_fp32_factors_give_fp64_solutions(monkeypatch, regulariser):
-    """From FP32_FACTORS_FROM rows the factors are FP32 and only precondition: the
+def test_fp32_factors_give_fp64_solutions(regulariser):
+    """From ``fp32_factors_from`` rows the factors are FP32 and only precondition: the
     answer still meets the FP64 residual, fresh or reused, also with the solver's
     gauge regulariser (1e-9 relative, below FP32's rounding) and a centred right-hand side."""
     import array_api_compat.numpy as xp
 
-    monkeypatch.setattr(linalg, "FP32_FACTORS_FROM", 0)
-    monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())
+    solver = dataclasses.replace(FACTORS, fp32_factors_from=0).solver()
     rng = np.random.default_rng(7)
     rows, cols, w, diag = laplacian(rng, 500, 1.0)
     diag = diag - 1e-3 + regulariser * diag.mean()
@@ -232,24 +284,23 @@ def test_fp32_factors_give_fp64_solutions(monkeypatch, regulariser):
             w = np.tile(w[:w.size // 2] * (1.0 + 0.05 * rng.random(w.size // 2)), 2)
             diag = np.bincount(rows, weights=w, minlength=500) + regulariser * diag.mean()
         mat = dense(rows, cols, w, diag)
-        x = _compat.solve_laplacian(xp, rows, cols, w, diag, b)
-        assert np.linalg.norm(b - mat @ x) <= linalg.CG_RTOL * np.linalg.norm(b) * (1 + 1e-6)
-    cache = linalg._factor_cache
+        x = solver.solve(xp, rows, cols, w, diag, b)
+        assert np.linalg.norm(b - mat @ x) <= solver.options.rtol * np.linalg.norm(b) * (1 + 1e-6)
+    cache = solver.cache
     assert cache.single and (cache.factorisations, cache.reuses) == (1, 1)
 
 
-def test_fp32_factors_fall_back_to_fp64_beyond_its_range(monkeypatch):
+def test_fp32_factors_fall_back_to_fp64_beyond_its_range():
     """Entries FP32 cannot hold (1e40): FP64 factors, the exact solution."""
     import array_api_compat.numpy as xp
 
-    monkeypatch.setattr(linalg, "FP32_FACTORS_FROM", 0)
-    monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())
+    solver = dataclasses.replace(FACTORS, fp32_factors_from=0).solver()
     rng = np.random.default_rng(8)
     rows, cols, w, diag = (1e40 * a if a.dtype == np.float64 else a for a in laplacian(rng, 300, 1.0))
     b = rng.standard_normal(300)
-    x = _compat.solve_laplacian(xp, rows, cols, w, diag, b)
+    x = solver.solve(xp, rows, cols, w, diag, b)
     np.testing.assert_allclose(x, spsolve(dense(rows, cols, w, diag).tocsc(), b), rtol=1e-9)
-    assert not linalg._factor_cache.single and linalg._factor_cache.factorisations == 1   # FP32 raised
+    assert not solver.cache.single and solver.cache.factorisations == 1   # FP32 raised
 
 
 def test_fp32_factors_that_do_not_converge_are_replaced_by_fp64(monkeypatch):
@@ -257,15 +308,14 @@ def test_fp32_factors_that_do_not_converge_are_replaced_by_fp64(monkeypatch):
     factorisation, counted) solve directly."""
     import array_api_compat.numpy as xp
 
-    monkeypatch.setattr(linalg, "FP32_FACTORS_FROM", 0)
-    monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())
-    monkeypatch.setattr(linalg, "_pcg", lambda *args: (None, linalg.CG_MAX_ITER))
+    solver = dataclasses.replace(FACTORS, fp32_factors_from=0).solver()
+    monkeypatch.setattr(linalg, "_pcg", lambda mat, b, precondition, rtol, max_iter: (None, max_iter))
     rng = np.random.default_rng(9)
     rows, cols, w, diag = laplacian(rng, 300, 1.0)
     b = rng.standard_normal(300)
-    x = _compat.solve_laplacian(xp, rows, cols, w, diag, b)
+    x = solver.solve(xp, rows, cols, w, diag, b)
     np.testing.assert_allclose(x, spsolve(dense(rows, cols, w, diag).tocsc(), b), rtol=1e-9)
-    cache = linalg._factor_cache
+    cache = solver.cache
     assert not cache.single and cache.factorisations == 2
 
 

@@ -1,5 +1,7 @@
 """Nested dissection of the Newton matrix by the seeds' positions: a permutation,
 less fill than independent orderings, and the same solves on every backend."""
+import dataclasses
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -7,9 +9,10 @@ from scipy.sparse.csgraph import reverse_cuthill_mckee
 from scipy.sparse.linalg import spsolve, splu
 from scipy.spatial import Delaunay
 
-from sdot._core import _compat
 from sdot._core._compat import linalg
 from sdot._core._compat.ordering import nested_dissection
+
+FACTORS = linalg.FactorPCGOptions()
 
 
 def delaunay_laplacian(points, jitter=None):
@@ -67,15 +70,13 @@ def test_nested_dissection_cuts_the_fill_of_a_planar_laplacian():
 
 
 @pytest.mark.parametrize("single", [False, True])
-def test_reordered_factors_solve_and_precondition_the_matrix(monkeypatch, single):
+def test_reordered_factors_solve_and_precondition_the_matrix(single):
     """With the points given, the factors are those of the reordered matrix: the
     solve is scipy's, fresh (FP64) or through their FP64 conjugate gradient (FP32),
     and they precondition the next Newton matrix (reused, not refactorised)."""
     import array_api_compat.numpy as xp
 
-    monkeypatch.setattr(linalg, "NESTED_DISSECTION_FROM", 0)
-    monkeypatch.setattr(linalg, "FP32_FACTORS_FROM", 0 if single else 10**9)
-    monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())
+    solver = dataclasses.replace(FACTORS, nested_dissection_from=0, fp32_factors_from=0 if single else 10**9).solver()
     rng = np.random.default_rng(3)
     points = rng.random((3000, 2))
     jitter = rng.random(3 * 3000)
@@ -83,19 +84,18 @@ def test_reordered_factors_solve_and_precondition_the_matrix(monkeypatch, single
     b -= b.mean()
     for step in range(2):                                  # the next Newton matrix: 5% changes
         mat = delaunay_laplacian(points, jitter * (1.0 + 0.05 * step * rng.random(jitter.size)))
-        x = _compat.solve_laplacian(xp, *off_diagonal(mat), mat.diagonal(), b, points=points)
+        x = solver.solve(xp, *off_diagonal(mat), mat.diagonal(), b, points=points)
         exact = spsolve(mat.tocsc(), b)
         assert np.linalg.norm(x - exact) <= 1e-8 * np.linalg.norm(exact)
-    cache = linalg._factor_cache
+    cache = solver.cache
     assert isinstance(cache.lu, linalg._Reordered) and cache.single == single
     assert (cache.factorisations, cache.reuses) == (1, 1)
 
 
-def test_solve_with_points_on_every_backend(backend, monkeypatch):
+def test_solve_with_points_on_every_backend(backend):
     """The points reach the host solve on every backend (under ``jax.jit`` through
     the callback), whose factors are ordered by them; the residual is met."""
-    monkeypatch.setattr(linalg, "NESTED_DISSECTION_FROM", 0)
-    monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())
+    solver = dataclasses.replace(FACTORS, nested_dissection_from=0).solver()
     rng = np.random.default_rng(5)
     points = rng.random((800, 2))
     rows, cols, w = off_diagonal(delaunay_laplacian(points, rng.random(3 * 800)))
@@ -105,12 +105,12 @@ def test_solve_with_points_on_every_backend(backend, monkeypatch):
     xp = backend.xp
 
     def run(r, c, weights, d, rhs, pts):
-        return _compat.solve_laplacian(xp, r, c, weights, d, rhs, points=pts)
+        return solver.solve(xp, r, c, weights, d, rhs, points=pts)
     args = [backend.asarray(a, np.int64) for a in (rows, cols)] + [backend.asarray(a) for a in (w, diag, b, points)]
     x = backend.to_numpy(backend.run(run, *args))
-    assert np.linalg.norm(b - mat @ x) <= linalg.CG_RTOL * np.linalg.norm(b) * (1 + 1e-6)
+    assert np.linalg.norm(b - mat @ x) <= solver.options.rtol * np.linalg.norm(b) * (1 + 1e-6)
     host = backend.name != "array_api_strict"           # elsewhere: Jacobi conjugate gradient
-    assert isinstance(linalg._factor_cache.lu, linalg._Reordered) == host
+    assert isinstance(solver.cache.lu, linalg._Reordered) == host
 
 
 def test_solver_orders_its_newton_matrices_by_the_seeds(eager_backend, monkeypatch):
@@ -119,18 +119,21 @@ def test_solver_orders_its_newton_matrices_by_the_seeds(eager_backend, monkeypat
     host factorisations were ordered by the seeds."""
     from pathlib import Path
 
+    from conftest import solve_with
+
     import sdot
+    from sdot._core import options
     from sdot._core._compat import ordering
 
     data = Path(__file__).parent / "data"
-    monkeypatch.setattr(linalg, "NESTED_DISSECTION_FROM", 0)
-    monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())
     sizes = []
     monkeypatch.setattr(linalg, "nested_dissection",
                         lambda points, *args: sizes.append(points.shape) or ordering.nested_dissection(points, *args))
     b = eager_backend
-    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(b.asarray(np.load(data / "points_2d_1000.npy"))),
-                                       sdot.Grid(b.asarray(np.load(data / "image_gauss64.npy"))))
+    nested = dataclasses.replace(options.DEFAULT, linear=dataclasses.replace(options.DEFAULT.linear,
+                                                                          nested_dissection_from=0))
+    plan = solve_with(nested, sdot.SumOfDiracs(b.asarray(np.load(data / "points_2d_1000.npy"))),
+                      sdot.Grid(b.asarray(np.load(data / "image_gauss64.npy"))), sdot.default_tolerance())
     assert bool(plan.converged) and float(plan.distance) == pytest.approx(0.009027850355009845, rel=1e-8)
     host = b.name != "array_api_strict"
     assert (len(sizes) >= 1) == host and all(s == (1000, 2) for s in sizes)

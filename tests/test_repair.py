@@ -9,6 +9,7 @@ from scipy.optimize import linprog
 from scipy.spatial import ConvexHull, HalfspaceIntersection
 
 from sdot._core import geometry, polygons, repair
+from sdot._core.options import DIAGRAM
 from test_power_diagram import N, constraints, reference_cell
 
 LO, HI = np.zeros(2), np.ones(2)
@@ -24,13 +25,14 @@ def area_without(seeds, i, j):
     return ConvexHull(HalfspaceIntersection(h, lp.x[:2]).intersections).volume
 
 
-def without_one_edge(xp, y, lo, hi, i, others):
-    """``(psi, active, cells)``: the diagram of ``y`` at zero weights, with cell ``i`` the
-    box clipped by the seeds ``others`` only (a superset of the true cell)."""
+def without_one_edge(xp, y, lo, hi, i, others, options=DIAGRAM):
+    """``(psi, active, cells)``: the diagram of ``y`` at zero weights (with the diagram
+    ``options``), with cell ``i`` the box clipped by the seeds ``others`` only (a superset
+    of the true cell)."""
     n = y.shape[0]
     psi = xp.zeros((n,), dtype=y.dtype)
     active = xp.ones((n,), dtype=xp.bool)
-    cells = geometry.power_cells(xp, y, psi, active, lo, hi)
+    cells = geometry.power_cells(xp, y, psi, active, lo, hi, options=options)
     row = xp.asarray([i])
     start = polygons.box_cells(xp, y[i:i + 1, :], lo, hi, active[i:i + 1], cells.labels.shape[1])
     return psi, active, polygons.put_rows(xp, cells, row, polygons.clip_by(xp, y, psi, active, start, row,

@@ -14,7 +14,6 @@ from conftest import Backend, solve_with
 
 import sdot
 from sdot._core import geometry, hiding, integrate, kinetic, newton, options
-from sdot._core._compat import linalg
 from sdot._core.density import PixelDensity
 
 DATA = Path(__file__).parent / "data"
@@ -57,9 +56,8 @@ def test_a_trial_with_a_hidden_seed_is_abandoned(backend, psi0):
         np.testing.assert_array_equal(backend.to_numpy(trial.moments), backend.to_numpy(full.moments))
 
 
-def gaussian_plan(backend, n, monkeypatch, newton_options=options.DEFAULT, log=None):
+def gaussian_plan(backend, n, newton_options=options.DEFAULT, log=None):
     """The plan of ``n`` points to the Gaussian image (tol 1e-10) with the Newton options."""
-    monkeypatch.setattr(linalg, "_factor_cache", linalg._FactorCache())   # no factors reused
     x = backend.asarray(np.load(DATA / "points_2d_1000.npy")[:n])
     img = backend.asarray(np.load(DATA / "image_gauss64.npy"))
     return solve_with(newton_options, sdot.SumOfDiracs(x), sdot.Grid(img), 1e-10, log)
@@ -81,11 +79,11 @@ def test_abandoned_trials_leave_the_solve_unchanged(eager_backend, n, monkeypatc
     calls = []
     evaluate = counted(monkeypatch, calls, newton, "evaluate")
     counted(monkeypatch, calls, integrate, "cell_integrals")
-    fast = gaussian_plan(eager_backend, n, monkeypatch, uncapped)
+    fast = gaussian_plan(eager_backend, n, uncapped)
     if eager_backend.name in ("numpy", "torch"):      # JAX solves under jit: one trace
         assert calls.count("cell_integrals") < calls.count("evaluate"), "an abandoned trial has no integrals"
     monkeypatch.setattr(newton, "evaluate", lambda *a, trial=None, **k: evaluate(*a, **k))
-    slow = gaussian_plan(eager_backend, n, monkeypatch, uncapped)
+    slow = gaussian_plan(eager_backend, n, uncapped)
     assert int(fast.iterations) == int(slow.iterations)
     for name in ("distance", "cell_masses", "barycenters"):
         np.testing.assert_allclose(eager_backend.to_numpy(getattr(fast, name)),
@@ -115,7 +113,7 @@ def test_first_trials_stay_below_the_hiding_step(name, sdot_driver, monkeypatch)
     for margin in (np.inf, default):
         calls.clear(), limits.clear(), steps.clear()
         newton_options = dataclasses.replace(options.DEFAULT, hiding_margin=margin)
-        plan = gaussian_plan(backend, 1000, monkeypatch, newton_options, log)
+        plan = gaussian_plan(backend, 1000, newton_options, log)
         assert bool(plan.converged)
         runs[margin] = (int(plan.iterations), len(calls))
     assert len(limits) == len(steps) - 1 == int(plan.iterations)

@@ -3,22 +3,25 @@
 Ground truth: the Laguerre cells of scipy's half-space intersections
 (``reference_cell`` of test_power_diagram), computed without sdot.
 """
+import dataclasses
+
 import numpy as np
 import pytest
 
-from sdot._core import geometry, hiding, kinetic
+from sdot._core import _compat, geometry, hiding, kinetic
+from sdot._core.options import DEFAULT, DIAGRAM
 from test_power_diagram import reference_cell
 
 LO, HI = np.zeros(2), np.ones(2)
 
 
-def cells_at(backend, seeds, psi, previous=None):
+def cells_at(backend, seeds, psi, previous=None, options=DIAGRAM):
     xp, n = backend.xp, len(seeds)
     args = [backend.asarray(a) for a in (seeds, psi, LO, HI)]
     active = xp.ones((n,), dtype=xp.bool)
 
     def run(y, w, lo, hi, previous):
-        return geometry.power_cells(xp, y, w, active, lo, hi, previous=previous)
+        return geometry.power_cells(xp, y, w, active, lo, hi, previous=previous, options=options)
     return backend.run(run, *args, previous)
 
 
@@ -64,31 +67,30 @@ def test_flip_partners_of_a_vanishing_edge(backend):
 
 @pytest.mark.parametrize("share", [0.0, 2.0], ids=["rebuilt", "kinetic"])
 @pytest.mark.parametrize("scale", [0.002, 0.02])
-def test_update_matches_scipy_after_many_flips(backend, scale, share, monkeypatch):
+def test_update_matches_scipy_after_many_flips(backend, scale, share):
     """Weights far from the previous ones (many flips, invalid cells): the
     updated and repaired cells are certified and equal the reference, whether
     they come from the kinetic update or (eagerly, on the host) from the
     regular triangulation."""
-    monkeypatch.setattr(kinetic, "REBUILD_SHARE", share)
-    check_update_against_scipy(backend, scale)
+    check_update_against_scipy(backend, scale, dataclasses.replace(DIAGRAM, rebuild_share=share))
 
 
-def test_flip_edges_left_out_by_the_update_are_found_by_the_repair(backend, monkeypatch):
+def test_flip_edges_left_out_by_the_update_are_found_by_the_repair(backend):
     """The update keeps one seed gained by flips per cell (eagerly) or 3 of the 60 flip
     pairs (under ``jax.jit``, a static share): the repair finds the cutters left out,
     and the cells equal the reference."""
-    monkeypatch.setattr(kinetic, "REBUILD_SHARE", 2.0)
-    monkeypatch.setattr(kinetic, "FLIP_WIDTH", 1)
-    monkeypatch.setattr(kinetic, "FLIP_PAIRS_TRACED", 0.05)
-    check_update_against_scipy(backend, 0.02)
+    check_update_against_scipy(backend, 0.02, dataclasses.replace(DIAGRAM, rebuild_share=2.0, flip_width=1,
+                                                                  flip_pairs_traced=0.05))
 
 
-def check_update_against_scipy(backend, scale):
+def check_update_against_scipy(backend, scale, options=DIAGRAM):
+    """Cells updated (with the diagram ``options``) from those at zero weights to random
+    weights of size ``scale``: certified, and scipy's."""
     rng = np.random.default_rng(11)
     seeds = rng.random((40, 2))
-    start = cells_at(backend, seeds, np.zeros(40))
+    start = cells_at(backend, seeds, np.zeros(40), options=options)
     psi = scale * rng.random(40)
-    cells = cells_at(backend, seeds, psi, previous=start)
+    cells = cells_at(backend, seeds, psi, previous=start, options=options)
     assert bool(backend.to_numpy(cells.certified))
     refs = [reference_cell(seeds, psi, i) for i in range(40)]
     expected = np.array([0.0 if r is None else r["area"] for r in refs])
@@ -146,8 +148,6 @@ def test_regular_rings(eager_backend):
     """A seed inside a hexagon has the six in counter-clockwise order, closed; a
     hull seed lists all its neighbours, open; a seed lifted above the others'
     hull (a weight far below theirs) is hidden; inactive seeds are left out."""
-    from sdot._core import _compat
-
     angles = np.pi / 3 * np.arange(6) + 0.1
     hexagon = 0.5 + 0.3 * np.stack([np.cos(angles), np.sin(angles)], 1)
     seeds = np.concatenate([[[0.5, 0.5]], hexagon[::-1], [[0.52, 0.5], [0.9, 0.9]]])   # 0, 1..6, 7, 8
@@ -157,7 +157,7 @@ def test_regular_rings(eager_backend):
     active[8] = False
     xp = eager_backend.xp
     found = _compat.regular_rings(xp, *(eager_backend.asarray(a) for a in (seeds, psi)),
-                                  eager_backend.asarray(active, bool))
+                                  eager_backend.asarray(active, bool), tile_points=DIAGRAM.tile_points)
     if found is None:
         assert eager_backend.name == "array_api_strict", "no host: the caller clips instead"
         return
@@ -186,10 +186,9 @@ def test_rings_in_tiles_are_the_whole_rings_away_from_the_hull(monkeypatch, n, s
     rings_of = triangulation._rings_of
     whole = rings_of(seeds, psi, active)
     tiles = []
-    monkeypatch.setattr(triangulation, "TILE_POINTS", n // 6)
     monkeypatch.setattr(triangulation, "_rings_of", lambda p, w, act, stop: tiles.append(act.sum()) or rings_of(
         p, w, act, stop))
-    tiled = triangulation._rings(seeds, psi, active)
+    tiled = triangulation._rings(seeds, psi, active, tile_points=n // 6)
     assert len(tiles) >= 6 and max(tiles) < 0.5 * active.sum()       # proper tiles
     owners = sum(np.bincount(members[own], minlength=n) for members, own in triangulation._tiles(seeds, active, 6))
     assert np.array_equal(owners, active.astype(int))
@@ -198,7 +197,7 @@ def test_rings_in_tiles_are_the_whole_rings_away_from_the_hull(monkeypatch, n, s
     differ = np.any(_padded(whole[0], width) != _padded(tiled[0], width), axis=1) | (
         whole[1] != tiled[1]) | (whole[2] != tiled[2])
     assert np.array_equal(active & (whole[1] == 0), active & (tiled[1] == 0))
-    stopped = triangulation._rings(seeds, psi, active, True)      # a trial: the hidden ones only
+    stopped = triangulation._rings(seeds, psi, active, True, tile_points=n // 6)   # a trial: the hidden ones only
     assert np.array_equal(active & (whole[1] == 0), active & (stopped[1] == 0))
     assert differ.sum() <= 0.005 * n
     spacing = 1.0 / np.sqrt(n)
@@ -217,10 +216,10 @@ def test_rings_take_a_tile_per_thread_from_enough_points(monkeypatch, n, in_tile
     whole = triangulation._rings_of(seeds, np.zeros(n), active)
     sizes = []
     rings_of = triangulation._rings_of
-    monkeypatch.setattr(triangulation, "THREADS", 3)
     monkeypatch.setattr(triangulation, "_rings_of", lambda p, w, act, stop: sizes.append(act.sum()) or rings_of(
         p, w, act, stop))
-    tiled = triangulation._rings(seeds, np.zeros(n), active)
+    with _compat.control.host_settings(threads=3):
+        tiled = triangulation._rings(seeds, np.zeros(n), active, tile_points=DIAGRAM.tile_points)
     assert (len(sizes) >= 3 and max(sizes) < 0.5 * n) if in_tiles else sizes == [n]
     width = max(whole[0].shape[1], tiled[0].shape[1])
     differ = np.any(_padded(whole[0], width) != _padded(tiled[0], width), axis=1)
@@ -236,15 +235,19 @@ def test_solver_with_rings_in_tiles(eager_backend, monkeypatch, case):
     """The first diagram triangulated in tiles: the reference cases' W2^2 (C++ solvers)
     as before (numpy and torch: JAX solves under ``jax.jit`` and array_api_strict
     without a host, by clipping, with no triangulation)."""
+    import sdot
+    from conftest import solve_with
     from sdot._core._compat import triangulation
-    from test_solver import REF_BOX_1E3, REF_GAUSS_1E3, load, solve
+    from test_solver import REF_BOX_1E3, REF_GAUSS_1E3, load
 
     tiles = []
     rings_of = triangulation._rings_of
-    monkeypatch.setattr(triangulation, "TILE_POINTS", 200)
     monkeypatch.setattr(triangulation, "_rings_of", lambda *args: tiles.append(1) or rings_of(*args))
     values, ref = {"box": (np.ones((1, 1)), REF_BOX_1E3), "gauss": (load("image_gauss64.npy"), REF_GAUSS_1E3)}[case]
-    plan = solve(eager_backend, load("points_2d_1000.npy"), values)
+    in_tiles = dataclasses.replace(DEFAULT, diagram=dataclasses.replace(DIAGRAM, tile_points=200))
+    b = eager_backend
+    plan = solve_with(in_tiles, sdot.SumOfDiracs(b.asarray(load("points_2d_1000.npy"))), sdot.Grid(b.asarray(values)),
+                      sdot.default_tolerance())
     assert bool(plan.converged) and float(plan.distance) == pytest.approx(ref, rel=1e-8)
     assert (len(tiles) >= 4) == (eager_backend.name in ("numpy", "torch"))
 

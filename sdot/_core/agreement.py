@@ -17,20 +17,16 @@ import array_api_compat as aac
 
 from . import _compat
 from . import polygons as pg
+from .options import DIAGRAM
 
 #: Keys are reduced modulo this prime to fit int32 (half the memory traffic of the
 #: gathers; the check of 93% of the cells 5.9 -> 5.3 ms at 1e4, 63.7 -> 56.7 ms at 1e5):
 #: exact below 46336 seeds; above, two vertices of a cell share a key with a chance of
 #: about 1e-9, which at worst hides a disagreement from the test.
 KEY_MODULUS = 2_147_483_647
-#: Cells in the mask from which the check runs eagerly (fewer are all left in the mask: the
-#: check's fixed cost is then above the local tests it saves). Measured, means of 20 solves
-#: alternating: torch box 1e3 0.140, 0.144, 0.139 s without the check, 0.145, 0.149, 0.148 s
-#: with it everywhere, 0.142, 0.147, 0.141 s from 2048 cells; NumPy box 1e4 unchanged.
-AGREEMENT_FROM = 2048
 
 
-def unmatched(xp, cells, mask, size=None):
+def unmatched(xp, cells, mask, size=None, check_from: int = DIAGRAM.agreement_from):
     """The cells of ``mask`` that have a vertex their outgoing neighbour lacks, and those
     neighbours: a mask (n,).
 
@@ -38,7 +34,8 @@ def unmatched(xp, cells, mask, size=None):
     ``mask`` (its check goes round the triangle's cells: i checks b, b checks a, a
     checks i): after an update, the cells around the changed ones. Traced, with ``size``,
     only that many cells of ``mask`` are checked and the others stay in the mask; eagerly
-    a mask of fewer than :data:`AGREEMENT_FROM` cells is returned as it is.
+    a mask of fewer than ``check_from`` cells is returned as it is (the check would cost
+    more than the local tests it saves).
     """
     n = mask.shape[0]
     every = xp.arange(n, dtype=xp.int64, device=aac.device(mask))
@@ -50,7 +47,7 @@ def unmatched(xp, cells, mask, size=None):
             unchecked = mask & ~pg.mask_of(xp, rows, valid, n)
     else:
         rows, valid = _compat.true_entries(xp, mask)
-        if rows.shape[0] < AGREEMENT_FROM:          # testing them costs less than the check
+        if rows.shape[0] < check_from:              # testing them costs less than the check
             return mask
         unchecked = xp.zeros_like(mask)
     labels, count = xp.take(cells.labels, rows, axis=0), xp.take(cells.count, rows)

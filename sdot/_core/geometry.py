@@ -30,17 +30,12 @@ import array_api_compat as aac
 
 from . import _compat
 from .kinetic import rebuild, update
+from .options import DIAGRAM
 from .polygons import CAPACITY, box_cells, clip_by, neighbours, slots_for
-from .repair import ROUNDS, repair
-
-#: Nearest seeds used as candidates for a diagram without a previous one (without a host;
-#: with one, eagerly, the Delaunay neighbours). Measured under ``jax.jit``, first diagram
-#: of 1e5 uniform seeds with the repair: 12 1.60 s, 20 1.13 s, 24 1.15 s (1e4: 12 0.116 s,
-#: 16 0.094 s, 20 0.080 s, 24 0.087 s, 32 0.110 s).
-FIRST_CANDIDATES = 20
+from .repair import repair
 
 
-def first_candidates(xp, seeds, k: int = FIRST_CANDIDATES, active=None, psi=None):
+def first_candidates(xp, seeds, k: int = DIAGRAM.first_candidates, active=None, psi=None):
     """Candidates of a first diagram, ``(n, K)``, -1 padding, and whether they are the
     nearest seeds: the Delaunay neighbours (the exact Voronoi neighbours: one clip per
     candidate, nothing to repair at zero weights; traced, through the host callback, the
@@ -98,8 +93,9 @@ def beyond_security(xp, seeds, psi, active, cells, nearest):
 
 
 def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int = CAPACITY,
-                rounds: int = ROUNDS, previous=None, stop_if_empty: bool = False):
-    """Cells of every seed, exact up to rounding (see the module docstring).
+                previous=None, stop_if_empty: bool = False, options=DIAGRAM):
+    """Cells of every seed, exact up to rounding (see the module docstring), found as the
+    :class:`.options.DiagramOptions` ``options`` say.
 
     ``previous``: cells of the same seeds at other weights (the last Newton
     step): their combinatorics give the new vertices directly (:func:`update`).
@@ -119,16 +115,17 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     dev = aac.device(seeds)
     rows = xp.arange(n, dtype=xp.int64, device=dev)
     if previous is not None and previous.labels.shape[1] == capacity:
-        cells, dirty = update(xp, seeds, psi, active, lo, hi, previous, stop_if_empty)
+        cells, dirty = update(xp, seeds, psi, active, lo, hi, previous, stop_if_empty, options)
         if stop_if_empty and _compat.host_any(xp, active & (cells.count == 0)):
             return cells._replace(certified=xp.asarray(False, device=dev))
-    elif candidates is None and (found := rebuild(xp, seeds, psi, active, lo, hi, capacity, grow=True)):
+    elif candidates is None and (found := rebuild(xp, seeds, psi, active, lo, hi, capacity, grow=True,
+                                                  options=options)):
         cells, dirty = found
         capacity = cells.labels.shape[1]
     else:
         nearest = False
         if candidates is None and previous is None:
-            candidates, nearest = first_candidates(xp, seeds, active=active, psi=psi)
+            candidates, nearest = first_candidates(xp, seeds, options.first_candidates, active, psi)
         elif candidates is None:
             candidates = neighbours(xp, previous, min(capacity, previous.labels.shape[1]))
         if previous is None and candidates.shape[1] > capacity and not _compat.is_traced(candidates):
@@ -136,10 +133,10 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
         cells = clip_by(xp, seeds, psi, active, box_cells(xp, seeds, lo, hi, active, capacity), rows, candidates)
         dirty = (beyond_security(xp, seeds, psi, active, cells, candidates) if nearest
                  else xp.ones((n,), dtype=xp.bool, device=dev))
-    cells = repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds)
+    cells = repair(xp, seeds, psi, active, lo, hi, cells, dirty, options)
     if capacity >= 1024 or not _compat.host_any(xp, cells.overflow):
         return cells
-    return power_cells(xp, seeds, psi, active, lo, hi, candidates, _grown(capacity), rounds, previous)
+    return power_cells(xp, seeds, psi, active, lo, hi, candidates, _grown(capacity), previous, options=options)
 
 
 def _grown(capacity: int) -> int:

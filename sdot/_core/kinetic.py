@@ -16,41 +16,32 @@ from . import _compat
 from . import polygons as pg
 from .polygons import FAR, box_cells, clip_by, slots_for
 from .agreement import unmatched
+from .options import DIAGRAM
 from .repair import table
 
-#: Seeds a cell may gain by edge flips in one update (more are left to the repair).
-FLIP_WIDTH = 4
-#: Flip pairs per cell kept under tracing, where shapes are static (more are left to the
-#: repair; measured at 1e5 seeds: 0.2 to 0.4 per cell in a Newton step's update).
-FLIP_PAIRS_TRACED = 0.5
-#: Share of invalid cells above which an eager update rebuilds the cells from the
-#: regular triangulation (measured at 1e5: a rebuild costs about as much as
-#: reclipping and repairing 15% of the cells).
-REBUILD_SHARE = 0.15
 
-
-def update(xp, seeds, psi, active, lo, hi, previous, stop_if_empty=False):
+def update(xp, seeds, psi, active, lo, hi, previous, stop_if_empty=False, options=DIAGRAM):
     """Cells at weights ``psi`` from those of ``previous``; returns ``(cells, dirty)``.
 
     Valid cells keep their combinatorics (:func:`_updated`); the invalid ones
     are clipped again by their previous neighbours (in blocks of
     :func:`.polygons.budget` rows). They and their neighbours (which may gain an edge
     from a flip) are the first cells the repair tests. Eagerly, when more than
-    :data:`REBUILD_SHARE` of the cells are invalid, the cells are rebuilt from
+    ``options.rebuild_share`` of the cells are invalid, the cells are rebuilt from
     the regular triangulation instead (:func:`rebuild`), if the host can compute it;
-    see there for ``stop_if_empty``.
+    see there for ``stop_if_empty``. ``options``: a :class:`.options.DiagramOptions`.
     """
     cells, ok, flipped = _updated(xp, seeds, psi, active, lo, hi, previous)
-    if _compat.host_share(xp, ~ok) > REBUILD_SHARE:
+    if _compat.host_share(xp, ~ok) > options.rebuild_share:
         rebuilt = rebuild(xp, seeds, psi, active, lo, hi, previous.labels.shape[1],
-                          stop_if_empty=stop_if_empty)
+                          stop_if_empty=stop_if_empty, options=options)
         if rebuilt is not None:
             return rebuilt
-    return _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped)
+    return _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped, options)
 
 
 def rebuild(xp, seeds, psi, active, lo, hi, capacity: int, grow: bool = False,
-            stop_if_empty: bool = False):
+            stop_if_empty: bool = False, options=DIAGRAM):
     """Cells from the regular triangulation (:func:`._compat.regular_rings`), or None.
 
     The ring of dual triangles around each seed gives its cell's combinatorics:
@@ -63,7 +54,7 @@ def rebuild(xp, seeds, psi, active, lo, hi, capacity: int, grow: bool = False,
     ``stop_if_empty``, if an active seed is hidden (its cell is empty) the cells are
     just the box for the other seeds: a diagram the caller rejects anyway.
     """
-    rings = _compat.regular_rings(xp, seeds, psi, active, stop_if_empty)
+    rings = _compat.regular_rings(xp, seeds, psi, active, stop_if_empty, tile_points=options.tile_points)
     if rings is None:
         return None
     labels, count, closed = rings
@@ -77,7 +68,7 @@ def rebuild(xp, seeds, psi, active, lo, hi, capacity: int, grow: bool = False,
                     count, xp.zeros((n,), dtype=xp.bool, device=dev), xp.asarray(False, device=dev))
     cells, ok, flipped = _updated(xp, seeds, psi, active, lo, hi, ring)
     ok = (ok & closed) | (count == 0)           # a hidden seed has an empty cell
-    cells, dirty = _completed(xp, seeds, psi, active, lo, hi, ring, cells, ok, xp.zeros_like(flipped))
+    cells, dirty = _completed(xp, seeds, psi, active, lo, hi, ring, cells, ok, xp.zeros_like(flipped), options)
     largest = _compat.to_int(xp.max(cells.count))
     if grow:
         capacity = max(capacity, slots_for(largest))
@@ -86,17 +77,17 @@ def rebuild(xp, seeds, psi, active, lo, hi, capacity: int, grow: bool = False,
     return pg.take_columns(xp, cells, capacity), dirty
 
 
-def _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped):
+def _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped, options):
     """:func:`update` after :func:`_updated`: clip the invalid cells again, from the box,
     and the cells that gain an edge by a flip; returns ``(cells, dirty)``."""
     n = seeds.shape[0]
     cap = previous.labels.shape[1]
-    every = table(xp, previous) if _compat.is_traced(previous.labels) else None
+    every = table(xp, previous, traced_width=options.table_traced) if _compat.is_traced(previous.labels) else None
 
     def previous_neighbours(rows):
         """Neighbour table of the cells ``rows`` in ``previous`` (eagerly of those only)."""
         if every is None:
-            return table(xp, pg.take_rows(xp, previous, rows))
+            return table(xp, pg.take_rows(xp, previous, rows), traced_width=options.table_traced)
         return xp.take(every, rows, axis=0)
 
     def reclip(cells, mask, candidates, from_box):
@@ -114,10 +105,11 @@ def _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped):
         return _compat.while_loop(lambda state: pg.any_true(xp, state[1]), body, (cells, mask))[0]
 
     cells = reclip(cells, ~ok, previous_neighbours, True)
-    gained = flip_partners(xp, previous.labels, previous.count, flipped, FLIP_WIDTH)
+    gained = flip_partners(xp, previous.labels, previous.count, flipped, options.flip_width,
+                           options.flip_pairs_traced)
     dirty = pg.around(xp, previous, ~ok | (cells.count != previous.count))   # with those that dropped edges
     cells = reclip(cells, xp.any(gained >= 0, axis=1), lambda rows: xp.take(gained, rows, axis=0), False)
-    return cells, unmatched(xp, cells, dirty)
+    return cells, unmatched(xp, cells, dirty, check_from=options.agreement_from)
 
 
 def _lines(xp, seeds, psi, lo, hi, rows, labels):
@@ -232,18 +224,19 @@ def _polygons(xp, seeds, active, lo, hi, rows, nx, ny, offset, count, old_vertic
     return verts, ok, valid & (along < -tol)
 
 
-def flip_partners(xp, labels, count, flipped, width: int):
+def flip_partners(xp, labels, count, flipped, width: int, traced_share: float = DIAGRAM.flip_pairs_traced):
     """Seeds each cell gains by edge flips, ``(n, width)`` (-1 padding, duplicates dropped).
 
     When edge ``k`` of a cell (its neighbour ``j``) vanishes, its ends lie on
     the edges of ``p`` (slot ``k - 1``) and ``q`` (slot ``k + 1``): the flip
     of the dual edge ``ij`` creates the edge ``pq``, so ``p`` gains ``q`` and
-    ``q`` gains ``p``. Eagerly only the flipped slots are sorted.
+    ``q`` gains ``p``. Eagerly only the flipped slots are sorted; traced, at most
+    ``traced_share`` pairs per cell are kept (shapes are static).
     """
     n = labels.shape[0]
     if _compat.is_traced(labels, flipped):     # the flips' pairs first, a static share of them
         gainer, gained, ok = _flip_pairs(xp, labels, count, flipped)
-        idx, ok = _compat.select(xp, ok, min(ok.shape[0], max(1, math.ceil(FLIP_PAIRS_TRACED * n))))
+        idx, ok = _compat.select(xp, ok, min(ok.shape[0], max(1, math.ceil(traced_share * n))))
         gainer, gained = xp.where(ok, xp.take(gainer, idx), n), xp.take(gained, idx)
     else:       # the rows with a flip (a fifth at 1e5), in blocks: (m, 4 V) pairs would dominate the memory
         rows, _ = _compat.true_entries(xp, xp.any(flipped, axis=1))

@@ -35,7 +35,7 @@ from typing import NamedTuple
 import array_api_compat as aac
 
 from . import _compat, geometry, hiding
-from .options import DEFAULT
+from .options import DEFAULT, DIAGRAM
 from .polygons import offsets
 
 
@@ -113,9 +113,10 @@ def group_duplicates(xp, seeds, masses, weights=None):
 
 
 def evaluate(xp, prob, psi, active, candidates=None, capacity=geometry.CAPACITY, previous=None,
-             trial=None):
+             trial=None, diagram=DIAGRAM):
     """The :class:`Evaluation` at weights ``psi``: see :func:`geometry.power_cells` for
-    ``candidates``, ``capacity`` and ``previous`` (cells at other weights).
+    ``candidates``, ``capacity``, ``previous`` (cells at other weights) and ``diagram``
+    (its ``options``).
 
     ``trial``: a predicate (may be traced) that the diagram is a damping trial, which
     :func:`_accept` rejects unless its cells are certified and none is empty. Eagerly,
@@ -125,7 +126,7 @@ def evaluate(xp, prob, psi, active, candidates=None, capacity=geometry.CAPACITY,
     """
     stop = trial is not None and _compat.host_any(xp, trial)
     cells = geometry.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi, candidates, capacity,
-                                 previous=previous, stop_if_empty=stop)
+                                 previous=previous, stop_if_empty=stop, options=diagram)
     if stop and _compat.host_any(xp, ~cells.certified):
         return _without_integrals(xp, cells)
     moments, facet = prob.density.integrals(xp, prob.seeds, cells)
@@ -141,10 +142,10 @@ def _without_integrals(xp, cells):
     return Evaluation(cells, xp.zeros((n, 4), dtype=dtype, device=dev), xp.zeros((n, cap), dtype=dtype, device=dev))
 
 
-def newton_direction(xp, prob, ev, active, rhs, regularisation, rtol=None, fresh=None):
+def newton_direction(xp, prob, ev, active, rhs, regularisation, solver, rtol=None, fresh=None):
     """Solve ``DG d = rhs`` (sparse weighted Laplacian, ``regularisation`` times its mean
-    diagonal added to it), in the gauge mean(d) = 0, to a relative residual ``rtol`` (see
-    :func:`._compat.solve_laplacian`).
+    diagonal added to it), in the gauge mean(d) = 0, to a relative residual ``rtol`` with the
+    ``solver`` (see :class:`._compat.LinearSolver`).
 
     ``DG`` is singular along constants: the part of ``rhs`` along them (its
     mean, which is rounding error since both mass vectors sum to the same
@@ -153,7 +154,7 @@ def newton_direction(xp, prob, ev, active, rhs, regularisation, rtol=None, fresh
     huge constant shift of the weights, which costs FP32 all its precision.
     """
     rows, cols, w, diag, rhs = _laplacian(xp, prob.seeds, ev.cells, ev.facet, active, rhs, regularisation)
-    d = _compat.solve_laplacian(xp, rows, cols, w, diag, rhs, rtol, points=prob.seeds, fresh=fresh)
+    d = solver.solve(xp, rows, cols, w, diag, rhs, rtol, points=prob.seeds, fresh=fresh)
     return _centred(xp, d, active)
 
 
@@ -294,13 +295,13 @@ def initial_weights(xp, prob, active, targets, options, capacity=geometry.CAPACI
     ``options.admissible`` of its target, and every wider one too (the widest if none).
     """
     zero = xp.zeros(prob.seeds.shape[:1], dtype=prob.seeds.dtype, device=aac.device(prob.seeds))
-    ev = evaluate(xp, prob, zero, active, capacity=capacity)
+    ev = evaluate(xp, prob, zero, active, capacity=capacity, diagram=options.diagram)
     worst = _worst_ratio(xp, ev.moments, targets, active)
     fair = worst >= options.start_admissible
 
     def similarity():
         psi1 = similarity_weights(xp, prob, options)
-        ev1 = evaluate(xp, prob, psi1, active, capacity=ev.cells.labels.shape[1])
+        ev1 = evaluate(xp, prob, psi1, active, capacity=ev.cells.labels.shape[1], diagram=options.diagram)
         better = (_worst_ratio(xp, ev1.moments, targets, active) > worst) | xp.any(active & (ev.cells.count == 0))
         return _compat.cond(better, lambda: (psi1, ev1), lambda: (zero, ev))
     psi, ev = _compat.cond(fair, lambda: (zero, ev), similarity)
@@ -347,7 +348,9 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
     """Damped Newton from :func:`initial_weights`, through the widths of
     :mod:`.continuation` if the start needs them. Returns a :class:`Solution`.
 
-    ``options`` (a :class:`.options.NewtonOptions`) holds the tuning values. At a width
+    ``options`` (a :class:`.options.NewtonOptions`) holds the tuning values, the diagrams'
+    and the linear solver's (``options.linear.solver()``, made here: under ``jax.jit``, once
+    per trace, its first solve of each run ``fresh``). At a width
     ``s > 0`` Newton steps run until every cell is within ``options.stage_tol`` (relative)
     of its target (targets below ``options.wide_floor * s^options.floor_power`` times their
     mean raised to it, :func:`stage_targets`); then ``s`` narrows to 0 if every cell holds ``options.final_admissible``
@@ -358,6 +361,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
     ``options.stalls`` such steps in a row the solve stops (``Solution.status``).
     """
     psi, ev, width = initial_weights(xp, prob, active, targets, options, capacity)
+    solver = options.linear.solver()        # this solve's: its kept factors are no other solve's
     dev = aac.device(psi)
     side = xp.max(prob.hi - prob.lo)
     spread = _masked_min(xp, targets, active) / xp.max(xp.where(active, targets, 0.0))
@@ -380,7 +384,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
         """Shrink ``t`` from ``t1`` until the step is accepted; ``(t, evaluation, accepted)``."""
         def trial(t):
             new = evaluate(xp, stage_prob, psi + t * d, active, capacity=ev.cells.labels.shape[1], previous=ev.cells,
-                           trial=xp.asarray(True, device=dev))
+                           trial=xp.asarray(True, device=dev), diagram=options.diagram)
             _, norm_t = error(new.moments, stage_width)
             return new, _accept(xp, new.moments, new.cells, active, floor, norm_t, norm0, t)
 
@@ -405,7 +409,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
         _, norm0 = error(st.ev.moments, st.width)
         # the hiding step's fans, eagerly on NumPy on another core during the host's sparse solve
         fans = _compat.in_background(lambda: hiding.fans(xp, prob.seeds, st.psi, active, st.ev.cells), st.psi)
-        d = newton_direction(xp, prob, st.ev, active, goal(st.width) - st.ev.moments[:, 0], options.regularisation,
+        d = newton_direction(xp, prob, st.ev, active, goal(st.width) - st.ev.moments[:, 0], options.regularisation, solver,
                              _linear_rtol(xp, tol, norm0, options.forcing, spread),
                              fresh=st.it == 0)
         hidden_at = hiding.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans)
@@ -535,7 +539,7 @@ def lifted(xp, prob, psi, ev, active, targets, options):
         poor = poor_of(ev)
 
         def holding(step):
-            new = evaluate(xp, prob, psi + step, active, capacity=cap, previous=ev.cells)
+            new = evaluate(xp, prob, psi + step, active, capacity=cap, previous=ev.cells, diagram=options.diagram)
             return new, ~poor | (new.moments[:, 0] >= options.final_admissible * targets)
 
         def grow(state):

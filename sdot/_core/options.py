@@ -1,19 +1,61 @@
-"""The tuning values of the damped Newton solve (:func:`.newton.solve`), as one value.
+"""The tuning values of a solve (:func:`.newton.solve`), as one value.
 
-:class:`NewtonOptions` is frozen, hence hashable: the jitted JAX solve takes it as a
-static argument. The solver uses :data:`DEFAULT`; a variant is
-``dataclasses.replace(DEFAULT, hiding_margin=...)``, passed explicitly.
+:class:`NewtonOptions` holds the damped Newton method's, the power diagrams'
+(:class:`DiagramOptions`) and the linear solver's (its own options, see
+:mod:`._compat.linalg`). All are frozen, hence hashable: the jitted JAX solve takes them
+as a static argument. The solver uses :data:`DEFAULT`; a variant is
+``dataclasses.replace(DEFAULT, hiding_margin=...)`` or
+``dataclasses.replace(DEFAULT, diagram=dataclasses.replace(DIAGRAM, rebuild_share=...))``,
+passed explicitly.
 """
 from __future__ import annotations
 
 import dataclasses
+
+from ._compat.linalg import FactorPCGOptions, JacobiPCGOptions
+
+
+@dataclasses.dataclass(frozen=True)
+class DiagramOptions:
+    """Thresholds and sizes of the power diagrams (:func:`.geometry.power_cells`): the
+    first candidates, the kinetic update, the repair, the agreement check and the tiles of
+    the regular triangulation. They decide how the cells are found; the repair's area
+    certificate decides what they are (within ``repair_rounds`` rounds)."""
+
+    #: Nearest seeds taken as candidates of a diagram without a previous one (without a host;
+    #: with one, eagerly, the Delaunay neighbours): 20 was the fastest of 12 to 32 under jit.
+    first_candidates: int = 20
+    #: Share of invalid cells above which an eager update rebuilds the cells from the regular
+    #: triangulation: at 1e5 seeds a rebuild costs about as much as reclipping 15% of them.
+    rebuild_share: float = 0.15
+    #: Seeds a cell may gain by edge flips in one update (more are left to the repair).
+    flip_width: int = 4
+    #: Flip pairs per cell kept under tracing, where shapes are static (more are left to the
+    #: repair; a Newton step's update has 0.2 to 0.4 per cell at 1e5 seeds).
+    flip_pairs_traced: float = 0.5
+    #: Neighbours per cell in the table of the repair's local test (enough for most cells).
+    table_width: int = 10
+    #: Neighbours per cell of the table under tracing, where its width is static.
+    table_traced: int = 12
+    #: Largest number of repair rounds.
+    repair_rounds: int = 32
+    #: Cells of a mask from which the agreement check runs eagerly (on fewer it costs more
+    #: than the local tests it saves, and the mask is kept as it is).
+    agreement_from: int = 2048
+    #: Active points per tile, at most about, of the regular triangulation on the host
+    #: (tiles run on the threads, and Qhull's time per point grows with the points).
+    tile_points: int = 10_000
+
+
+#: The diagram options the solver uses.
+DIAGRAM = DiagramOptions()
 
 
 @dataclasses.dataclass(frozen=True)
 class NewtonOptions:
     """Thresholds and factors of :func:`.newton.solve`: the Newton matrix, the damping,
     the linear solves, the start, the stages of the continuation, the lift and the stall
-    test."""
+    test; the diagrams' options and the linear solver's."""
 
     #: Added to the Newton matrix's diagonal, times its mean diagonal: fixes the constant
     #: null space of the Laplacian.
@@ -78,6 +120,12 @@ class NewtonOptions:
     #: Accepted steps shorter than this count as stalled (one Dirac at 1e6: 290 steps damped
     #: to about 1e-9).
     stall_step: float = 1e-8
+    #: The power diagrams' tuning.
+    diagram: DiagramOptions = DIAGRAM
+    #: The linear solver of the Newton steps, made once per solve by ``linear.solver()``
+    #: (its state, such as kept factors, is that solve's): :class:`._compat.FactorPCGOptions`
+    #: or :class:`._compat.JacobiPCGOptions`.
+    linear: FactorPCGOptions | JacobiPCGOptions = FactorPCGOptions()
 
 
 #: The options the solver uses.

@@ -17,15 +17,9 @@ import array_api_compat as aac
 from . import _compat
 
 from .agreement import unmatched
+from .options import DIAGRAM
 from .polygons import area_excess, clip_by, max_degree, neighbours
 from . import polygons as pg
-
-#: Candidates per cell of the traced neighbour table.
-TABLE_TRACED = 12
-#: Neighbours per cell in the table of the local test (a hint: enough for most cells).
-TABLE_WIDTH = 10
-#: Maximum number of repair rounds.
-ROUNDS = 32
 
 
 class _RepairState(NamedTuple):
@@ -36,8 +30,9 @@ class _RepairState(NamedTuple):
     held: object        # () the certificate held (clipping by cutters keeps it)
 
 
-def repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds: int = ROUNDS):
-    """Clip cells by their cutters until the area certificate holds.
+def repair(xp, seeds, psi, active, lo, hi, cells, dirty, options=DIAGRAM):
+    """Clip cells by their cutters until the area certificate holds, in at most
+    ``options.repair_rounds`` rounds (``options``: a :class:`.options.DiagramOptions`).
 
     ``cells`` must be the solver's own: eagerly they are written in place.
     Each round tests dirty cells (eagerly all of them, traced a block of
@@ -62,20 +57,21 @@ def repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds: int = ROUNDS):
         return (state.mode == 0) & pg.any_true(xp, state.dirty) & drain
 
     def cond(state):
-        return (~state.cells.certified | pending(state)) & (state.rounds < rounds)
+        return (~state.cells.certified | pending(state)) & (state.rounds < options.repair_rounds)
 
     def work(state, holds):
         cells, dirty, mode = state.cells, state.dirty, state.mode
         rows, valid = _compat.select(xp, dirty, max(pg.budget(xp, dirty), min(n, 1)))   # none: padding
         cut = _compat.cond(mode == 2, lambda: exact_cutters(xp, seeds, psi, active, cells, rows),
                            lambda: local_cutters(xp, seeds, psi, active, cells, rows,
-                                                 table(xp, cells, TABLE_WIDTH, rows)))
+                                                 table(xp, cells, options.table_width, rows,
+                                                       options.table_traced)))
         cut = xp.where(valid[:, None], cut, -1)
         left = dirty & ~pg.mask_of(xp, rows, valid, n)
         found = pg.any_true(xp, cut >= 0)
         cells = _compat.cond(found, lambda: _clip_rows(xp, seeds, psi, active, cells, rows, cut), lambda: cells)
         touched = unmatched(xp, cells, pg.around(xp, cells, pg.mask_of(xp, rows, xp.any(cut >= 0, axis=1), n))
-                            | pg.hits(xp, xp.reshape(cut, (-1,)), n), rows.shape[0])
+                            | pg.hits(xp, xp.reshape(cut, (-1,)), n), rows.shape[0], options.agreement_from)
         exhausted = ~found & ~pg.any_true(xp, left)             # this mode found nothing anywhere
         dirty = xp.where(exhausted, xp.ones_like(dirty), left | touched)
         mode = xp.where(found, 0, xp.where(exhausted, mode + 1, mode))
@@ -99,11 +95,11 @@ def repair(xp, seeds, psi, active, lo, hi, cells, dirty, rounds: int = ROUNDS):
     return _compat.while_loop(cond, body, state).cells
 
 
-def table(xp, cells, width=None, rows=None):
-    """Neighbour table: every neighbour eagerly (at most ``width``), ``TABLE_TRACED`` traced.
+def table(xp, cells, width=None, rows=None, traced_width: int = DIAGRAM.table_traced):
+    """Neighbour table: every neighbour eagerly (at most ``width``), ``traced_width`` traced.
     Eagerly with ``rows``, only the rows of their neighbours (the others -1) if they are few."""
     if _compat.is_traced(cells.labels):
-        return neighbours(xp, cells, min(cells.labels.shape[1], TABLE_TRACED))
+        return neighbours(xp, cells, min(cells.labels.shape[1], traced_width))
     n = cells.count.shape[0]
     if rows is None or 8 * rows.shape[0] > n:
         return neighbours(xp, cells, _width(xp, cells, width))

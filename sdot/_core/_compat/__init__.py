@@ -12,7 +12,7 @@ This is the only package of ``sdot._core`` that may import a framework:
 - :mod:`.arrays`: scatter-add, row gathers and writes, sizes;
 - :mod:`.control`: loops and conditionals that trace, jitted kernels, blocks on threads;
 - :mod:`.triangulation`: nearest neighbours, Delaunay and regular triangulations;
-- :mod:`.linalg`: the sparse SPD solve of the Newton step;
+- :mod:`.linalg`: the sparse SPD solve of the Newton step (:class:`.linalg.LinearSolver`);
 - :mod:`.namespaces`: the namespace the solver computes with.
 """
 from .arrays import (bucket, capacity, column, dot, first_columns, flat_take, hits, put_rows, row_all, row_any,
@@ -20,14 +20,15 @@ from .arrays import (bucket, capacity, column, dot, first_columns, flat_take, hi
 from .control import (background_result, blockwise, cond, fori_loop, in_background, jit_on_jax, slotwise,
                       while_loop)
 from .host import host_any, host_call, host_share, is_traced, to_host, to_int
-from .linalg import conjugate_gradient, solve_laplacian
+from .linalg import FactorPCG, FactorPCGOptions, JacobiPCG, JacobiPCGOptions, LinearSolver, conjugate_gradient
 from .namespaces import namespace
 from .triangulation import delaunay_neighbours, knn, nearest, regular_neighbours, regular_rings
 
 __all__ = [
     "segment_sum", "while_loop", "fori_loop", "cond", "tree_where", "column", "to_int", "to_host", "host_call",
     "is_traced", "host_any", "host_share", "bucket", "capacity", "set_rows", "jit_on_jax", "knn", "nearest",
-    "delaunay_neighbours", "regular_neighbours", "regular_rings", "solve_laplacian", "conjugate_gradient",
+    "delaunay_neighbours", "regular_neighbours", "regular_rings", "conjugate_gradient",
     "namespace", "dot", "first_columns", "flat_take", "blockwise", "slotwise", "select", "true_entries", "put_rows", "hits",
     "row_sum", "row_max", "row_min", "row_any", "row_all", "in_background", "background_result",
+    "LinearSolver", "FactorPCG", "FactorPCGOptions", "JacobiPCG", "JacobiPCGOptions",
 ]

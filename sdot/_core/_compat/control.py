@@ -1,6 +1,8 @@
 """Control flow that traces under JAX: loops, conditionals, jitted kernels, blocks."""
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import threading
 
@@ -79,23 +81,61 @@ def jit_on_jax(*static_argnames):
     return wrap
 
 
-#: Rows per block of the eager kernels: their temporaries stay in the CPU caches.
-BLOCK = 16384
-#: Fewest rows per block worth a thread.
-MIN_BLOCK = 2048
-#: Threads running the blocks of NumPy kernels (NumPy releases the GIL in its loops;
-#: torch runs its own threads): ``SDOT_NUM_THREADS``, default the cores, at most 8.
-THREADS = max(1, int(os.environ.get("SDOT_NUM_THREADS", min(os.cpu_count() or 1, 8))))
+def _threads_from_environment() -> int:
+    return max(1, int(os.environ.get("SDOT_NUM_THREADS", min(os.cpu_count() or 1, 8))))
+
+
+@dataclasses.dataclass(frozen=True)
+class HostSettings:
+    """How the eager NumPy and torch kernels run: in blocks of rows, on threads.
+
+    Settings of the process, not options of a solve: every kernel of the core runs through
+    :func:`blockwise` or :func:`slotwise`, and each gives the same result whatever the
+    blocks and slots (the tests compare them). The threads also set the fewest tiles of the
+    host's regular triangulation (:func:`.triangulation.regular_rings`): results may differ
+    in the last bits from one thread count to another. Read by :func:`settings`; changed for
+    a ``with`` block by :func:`host_settings`.
+    """
+
+    #: Threads running the blocks of NumPy kernels (NumPy releases the GIL in its loops;
+    #: torch runs its own threads): ``SDOT_NUM_THREADS``, default the cores, at most 8.
+    threads: int = dataclasses.field(default_factory=_threads_from_environment)
+    #: Rows per block of the eager kernels: their temporaries stay in the CPU caches.
+    block: int = 16384
+    #: Fewest rows per block worth a thread.
+    min_block: int = 2048
+    #: Vertex slots of the narrow pass of :func:`slotwise` (98% of the cells of uniform
+    #: seeds have at most 8 vertices, all but 0.03% at most 10).
+    narrow: int = 8
+
+
+_settings = [HostSettings()]
 _pool = []
 _background = []
 _in_block = threading.local()
 
 
-def blockwise(xp, fn, *arrays):
-    """``fn(*arrays)`` on blocks of at most :data:`BLOCK` rows (eager NumPy and torch),
-    the results (an array or a tuple of arrays) concatenated.
+def settings() -> HostSettings:
+    """The :class:`HostSettings` in force."""
+    return _settings[-1]
 
-    Row-independent kernels only. NumPy blocks run on :data:`THREADS` threads
+
+@contextlib.contextmanager
+def host_settings(**changes):
+    """Within the ``with`` block, the :class:`HostSettings` with the fields ``changes``
+    (for the whole process: tests and benchmarks, not concurrent solves)."""
+    _settings.append(dataclasses.replace(settings(), **changes))
+    try:
+        yield settings()
+    finally:
+        _settings.pop()
+
+
+def blockwise(xp, fn, *arrays):
+    """``fn(*arrays)`` on blocks of at most ``settings().block`` rows (eager NumPy and
+    torch), the results (an array or a tuple of arrays) concatenated.
+
+    Row-independent kernels only. NumPy blocks run on ``settings().threads`` threads
     (a kernel called inside a block runs its blocks in that thread), in equal blocks
     of a multiple of the threads when rows allow (1e4 rows on 2 threads: 2 blocks of
     5000; measured box 1e4 about 8% faster than one block on one thread). JAX
@@ -103,8 +143,9 @@ def blockwise(xp, fn, *arrays):
     temporaries away.
     """
     n = arrays[0].shape[0]
-    threaded = THREADS > 1 and aac.is_numpy_array(arrays[0]) and not getattr(_in_block, "busy", False)
-    size = _block_rows(n, THREADS if threaded else 1)
+    threads = settings().threads
+    threaded = threads > 1 and aac.is_numpy_array(arrays[0]) and not getattr(_in_block, "busy", False)
+    size = _block_rows(n, threads if threaded else 1)
     if n <= size or not (aac.is_numpy_array(arrays[0]) or aac.is_torch_array(arrays[0])):
         return fn(*arrays)
     blocks = [tuple(a[s:s + size, ...] for a in arrays) for s in range(0, n, size)]
@@ -117,32 +158,28 @@ def blockwise(xp, fn, *arrays):
     return xp.concat(parts, axis=0)
 
 
-#: Vertex slots of the narrow pass of :func:`slotwise` (98% of the cells of uniform
-#: seeds have at most 8 vertices, all but 0.03% at most 10).
-NARROW = 8
-
-
 def slotwise(xp, fn, count, rowwise, slotted, fills):
     """``fn(count, *rowwise, *slotted)`` (by :func:`blockwise`), eagerly on NumPy and
-    torch on the first :data:`NARROW` slots of every row, then again on all slots of
-    the few rows of ``count > NARROW``.
+    torch on the first ``settings().narrow`` slots of every row, then again on all
+    slots of the few rows with more vertices.
 
     For kernels over cells of ``V`` vertex slots (most of them empty) that read the
     slots ``k < count`` of ``slotted`` (arrays ``(n, V, ...)``) and nothing beyond, and
-    run on any ``count`` (the narrow pass sees at most ``NARROW``). ``fills`` says,
-    per output of ``fn``, what its slots from ``NARROW`` on hold in the narrow rows:
-    None for an output per row ``(n, ...)``, a scalar, or an array of the output's
+    run on any ``count`` (the narrow pass sees at most ``settings().narrow``). ``fills``
+    says, per output of ``fn``, what its slots beyond the narrow ones hold in the narrow
+    rows: None for an output per row ``(n, ...)``, a scalar, or an array of the output's
     shape to copy them from. With the fills that ``fn`` writes there, the result is
     ``fn``'s on all rows. Measured at 1e5 cells of 16 slots: the kernel of the
     kinetic update takes 0.54 of its time on 8 slots, the hiding test's 0.53.
     """
     n, cap = slotted[0].shape[:2]
-    if cap <= NARROW or not (aac.is_numpy_array(count) or aac.is_torch_array(count)):
+    slots = settings().narrow
+    if cap <= slots or not (aac.is_numpy_array(count) or aac.is_torch_array(count)):
         return blockwise(xp, fn, count, *rowwise, *slotted)
-    wide = count > NARROW
+    wide = count > slots
     if 2 * int(xp.sum(xp.astype(wide, xp.int64))) > n:     # mostly wide: a narrow pass does not pay
         return blockwise(xp, fn, count, *rowwise, *slotted)
-    first = blockwise(xp, fn, xp.minimum(count, NARROW), *rowwise, *(a[:, :NARROW, ...] for a in slotted))
+    first = blockwise(xp, fn, xp.minimum(count, slots), *rowwise, *(a[:, :slots, ...] for a in slotted))
     rows = xp.nonzero(wide)[0]
     again = (None,) * len(fills)
     if rows.shape[0]:
@@ -153,11 +190,11 @@ def slotwise(xp, fn, count, rowwise, slotted, fills):
         if fill is None:                                # its own if the wide rows are written in place
             out = narrow if redone is None else xp.asarray(narrow, copy=True)
         elif isinstance(fill, (bool, int, float)):
-            tail = xp.full((n, cap - NARROW) + tuple(narrow.shape[2:]), fill, dtype=narrow.dtype,
+            tail = xp.full((n, cap - slots) + tuple(narrow.shape[2:]), fill, dtype=narrow.dtype,
                            device=aac.device(narrow))
             out = xp.concat([narrow, tail], axis=1)
         else:
-            out = xp.concat([narrow, fill[:, NARROW:, ...]], axis=1)
+            out = xp.concat([narrow, fill[:, slots:, ...]], axis=1)
         if redone is not None:
             out[rows, ...] = redone
         outputs.append(out)
@@ -169,27 +206,28 @@ def _as_tuple(result):
 
 
 def _block_rows(n: int, threads: int) -> int:
-    """Rows per block: at most :data:`BLOCK`, as many blocks as a multiple of ``threads``
-    of equal size, none under :data:`MIN_BLOCK` rows."""
-    blocks = max(-(-n // BLOCK), 1)                 # no rows: one empty block
+    """Rows per block: at most ``settings().block``, as many blocks as a multiple of
+    ``threads`` of equal size, none under ``settings().min_block`` rows."""
+    now = settings()
+    blocks = max(-(-n // now.block), 1)             # no rows: one empty block
     blocks = -(-blocks // threads) * threads
-    return max(-(-n // blocks), MIN_BLOCK)
+    return max(-(-n // blocks), now.min_block)
 
 
 def map_on_threads(fn, items):
-    """``[fn(item) for item in items]`` on the :data:`THREADS` worker threads (for host
-    work that releases the GIL, like NumPy kernels or Qhull)."""
+    """``[fn(item) for item in items]`` on the worker threads (for host work that releases
+    the GIL, like NumPy kernels or Qhull)."""
     return list(_threads().map(fn, items))
 
 
 def in_background(fn, like):
     """``fn()`` on a thread of its own (its blocks run there one after the other, leaving
     the worker threads to the caller) when ``like`` is an eager NumPy array and there are
-    :data:`THREADS` to spare: the caller's host work (a sparse solve, on one core) runs
-    meanwhile; :func:`background_result` waits for it. Elsewhere ``fn()`` at once (JAX's
+    threads to spare (``settings().threads``): the caller's host work (a sparse solve, on
+    one core) runs meanwhile; :func:`background_result` waits for it. Elsewhere ``fn()`` at once (JAX's
     compiler orders the work itself; on CPU torch a background thread measured no gain:
     box 1e4 solves, paired, median +7 ms in 0.79 s)."""
-    if THREADS < 2 or not aac.is_numpy_array(like) or getattr(_in_block, "busy", False):
+    if settings().threads < 2 or not aac.is_numpy_array(like) or getattr(_in_block, "busy", False):
         return fn()
     return _executor(_background, 1, "sdot-background").submit(_run_block, fn, ())
 
@@ -202,7 +240,7 @@ def background_result(handle):
 
 
 def _threads():
-    return _executor(_pool, THREADS, "sdot")
+    return _executor(_pool, settings().threads, "sdot")
 
 
 def _executor(holder, workers, prefix):

@@ -1,8 +1,17 @@
-"""The sparse SPD solve of the Newton step: sparse LU factors reused as a
-preconditioner on the host, Jacobi-preconditioned conjugate gradient elsewhere."""
+"""The sparse SPD solve of the Newton step, behind one protocol (:class:`LinearSolver`).
+
+Two implementations: :class:`FactorPCG`, sparse LU factors reused as the preconditioner of
+a conjugate gradient on the host (Jacobi-preconditioned where the host is not reachable),
+and :class:`JacobiPCG`, Jacobi-preconditioned conjugate gradient in pure array API. Each is
+made by its options (a frozen dataclass, hashable: a static argument under ``jax.jit``),
+``options.solver()``, once per Newton solve: what it keeps between the solves of the Newton
+steps (factors) belongs to that solve, not to the process.
+"""
 from __future__ import annotations
 
+import dataclasses
 import threading
+from typing import Protocol
 
 import array_api_compat as aac
 import numpy as np
@@ -13,42 +22,110 @@ from .host import host_callback
 from .ordering import nested_dissection
 
 
-def solve_laplacian(xp, rows, cols, weights, diag, rhs, rtol=None, points=None, fresh=None):
-    """Solve ``(D - W) x = rhs`` for a sparse symmetric weighted Laplacian.
+class LinearSolver(Protocol):
+    """Solves the Newton matrices of one Newton solve (it may keep state between them)."""
 
-    ``W[rows, cols] += weights`` (entries may repeat), ``D = diag`` (already
-    including the gauge regulariser), to a relative residual ``rtol`` (a 0-d
-    array; default :data:`CG_RTOL`). On the host, in FP64: conjugate gradient
-    preconditioned by the sparse LU factors of the last matrix of the same size
-    (successive Newton matrices differ little) while they are worth keeping (see
-    :class:`_FactorCache`), or, when that does not reach ``rtol`` in
-    :data:`CG_MAX_ITER` iterations, a new factorisation (scipy's SuperLU in
-    symmetric mode; FP32 factors from :data:`FP32_FACTORS_FROM` rows), kept for
-    the next solve; given the ``points`` (n, dim) of the rows, from
-    :data:`NESTED_DISSECTION_FROM` rows the factors are those of the matrix
-    reordered by :func:`.ordering.nested_dissection`. ``fresh`` (a boolean 0-d array):
-    the first solve of a Newton solve, which never uses the factors of another one (the
-    results of a solve do not depend on the solves before it).
-    Jacobi-preconditioned conjugate gradient in pure array API where the host is
-    not reachable.
+    def solve(self, xp, rows, cols, weights, diag, rhs, rtol=None, points=None, fresh=None):
+        """Solve ``(D - W) x = rhs`` for a sparse symmetric weighted Laplacian.
+
+        ``W[rows, cols] += weights`` (entries may repeat), ``D = diag`` (already including
+        the gauge regulariser), to a relative residual ``rtol`` (a 0-d array; default the
+        solver's options' ``rtol``). ``points`` (n, dim): the positions of the rows, for a
+        fill-reducing ordering. ``fresh`` (a boolean 0-d array): the first solve of a
+        Newton solve, which uses nothing kept from another one (under ``jax.jit`` one solver
+        serves every run of the compiled solve). Traceable; returns ``x``, or NaN entries if
+        the solve failed.
+        """
+
+
+@dataclasses.dataclass(frozen=True)
+class JacobiPCGOptions:
+    """Options of :class:`JacobiPCG`."""
+
+    #: Default relative residual.
+    rtol: float = 1e-10
+
+    def solver(self) -> JacobiPCG:
+        """A new solver with these options."""
+        return JacobiPCG(self)
+
+
+class JacobiPCG:
+    """:class:`LinearSolver`: Jacobi-preconditioned conjugate gradient in pure array API,
+    at most ``4 n + 100`` iterations; keeps nothing between solves."""
+
+    def __init__(self, options: JacobiPCGOptions = JacobiPCGOptions()):
+        self.options = options
+
+    def solve(self, xp, rows, cols, weights, diag, rhs, rtol=None, points=None, fresh=None):
+        return _solve_cg(xp, rows, cols, weights, diag, rhs, _rtol(xp, rtol, self.options.rtol, rhs))
+
+
+@dataclasses.dataclass(frozen=True)
+class FactorPCGOptions:
+    """Options of :class:`FactorPCG`."""
+
+    #: Default relative residual of the conjugate gradients.
+    rtol: float = 1e-10
+    #: Iterations of a solve preconditioned by kept factors before a new factorisation.
+    max_iterations: int = 40
+    #: Iterations of a solve preconditioned by the factors of the previous Newton matrix (3 to
+    #: 15 measured); iterations beyond it are what older factors cost (see :class:`_FactorCache`).
+    fresh_iterations: int = 10
+    #: Relative change of the diagonal beyond which a matrix is another problem's, whose factors
+    #: are not tried (one solve's Newton matrices: at most 0.6; another point set: about 1).
+    other_problem: float = 0.8
+    #: Rows from which the factors are FP32: they only precondition the FP64 conjugate
+    #: gradient, whose FP64 residual decides (half the memory traffic; a gain at 1e6 rows).
+    fp32_factors_from: int = 500_000
+    #: Rows from which the factors are ordered by nested dissection of the ``points`` rather
+    #: than by minimum degree: a faster factorisation, more fill (a gain from about 1e5 rows).
+    nested_dissection_from: int = 50_000
+
+    def solver(self) -> FactorPCG:
+        """A new solver with these options (no factors kept yet)."""
+        return FactorPCG(self)
+
+
+class FactorPCG:
+    """:class:`LinearSolver`: on the host, in FP64, conjugate gradient preconditioned by
+    the sparse LU factors of an earlier matrix of this solver (successive Newton matrices
+    differ little) while they are worth keeping (see :class:`_FactorCache`, ``cache``), or,
+    when that does not reach ``rtol`` in ``max_iterations`` iterations, a new factorisation
+    (scipy's SuperLU in symmetric mode; FP32 factors from ``fp32_factors_from`` rows), kept
+    for the next solve; given the ``points``, from ``nested_dissection_from`` rows the
+    factors are those of the matrix reordered by :func:`.ordering.nested_dissection`.
+    Where the host is not reachable (GPU, array_api_strict), :class:`JacobiPCG`.
+    Under ``jax.jit`` the host callback runs the solves on this solver's cache.
     """
-    if rtol is None:
-        rtol = xp.asarray(CG_RTOL, dtype=rhs.dtype, device=aac.device(rhs))
-    if fresh is None:
-        fresh = xp.asarray(False, device=aac.device(rhs))
 
-    def host(r, c, w, d, b, tol, new, *pts):
-        if new:
-            _factor_cache.lu = None
-        mat = _host_matrix(r, c, w, d)
-        try:
-            return _factor_cache.solve(mat, b.astype(np.float64), float(tol), pts[0] if pts else None)
-        except (RuntimeError, ValueError, ArithmeticError):     # e.g. SuperLU: "Factor is exactly singular"
-            _factor_cache.lu = None
-            return np.full(b.shape, np.nan)       # the Newton step sees a failed solve and takes no trial
-    args = (rows, cols, weights, diag, rhs, rtol, fresh) + (() if points is None else (points,))
-    out = host_callback(xp, host, tuple(rhs.shape), _numpy_dtype(rhs), *args)
-    return _solve_cg(xp, rows, cols, weights, diag, rhs, rtol) if out is None else out
+    def __init__(self, options: FactorPCGOptions = FactorPCGOptions()):
+        self.options = options
+        self.cache = _FactorCache(options)
+
+    def solve(self, xp, rows, cols, weights, diag, rhs, rtol=None, points=None, fresh=None):
+        rtol = _rtol(xp, rtol, self.options.rtol, rhs)
+        if fresh is None:
+            fresh = xp.asarray(False, device=aac.device(rhs))
+        cache = self.cache
+
+        def host(r, c, w, d, b, tol, new, *pts):
+            if new:
+                cache.lu = None
+            mat = _host_matrix(r, c, w, d)
+            try:
+                return cache.solve(mat, b.astype(np.float64), float(tol), pts[0] if pts else None)
+            except (RuntimeError, ValueError, ArithmeticError):     # e.g. SuperLU: "Factor is exactly singular"
+                cache.lu = None
+                return np.full(b.shape, np.nan)       # the Newton step sees a failed solve and takes no trial
+        args = (rows, cols, weights, diag, rhs, rtol, fresh) + (() if points is None else (points,))
+        out = host_callback(xp, host, tuple(rhs.shape), _numpy_dtype(rhs), *args)
+        return _solve_cg(xp, rows, cols, weights, diag, rhs, rtol) if out is None else out
+
+
+def _rtol(xp, rtol, default, rhs):
+    """``rtol``, or ``default`` as a 0-d array like ``rhs``."""
+    return xp.asarray(default, dtype=rhs.dtype, device=aac.device(rhs)) if rtol is None else rtol
 
 
 def _host_matrix(rows, cols, weights, diag):
@@ -74,49 +151,26 @@ def _host_matrix(rows, cols, weights, diag):
     return sp.csr_matrix((data, indices, indptr), shape=(n, n))
 
 
-#: Default relative residual of the conjugate gradients.
-CG_RTOL = 1e-10
-#: Iterations allowed before a new factorisation.
-CG_MAX_ITER = 40
-#: Iterations of a solve preconditioned by the factors of the previous Newton matrix
-#: (measured 4 to 15 at 1e4 to 1e6 seeds to a relative residual of 1e-5 to 1e-7; 3 to 9
-#: to the Newton solves' 1e-3); iterations beyond it are what older factors cost.
-CG_FRESH = 10
-#: Relative change of the diagonal beyond which a matrix is another problem's, whose
-#: factors are not tried (Newton matrices of one solve: at most 0.6 from the factored
-#: one, measured at 1e4 and 1e5; another point set of the same size: about 1.0 to 1.1).
-OTHER_PROBLEM = 0.8
-#: Rows from which the factors are computed in FP32: they only precondition the FP64
-#: conjugate gradient, whose FP64 residual decides. Measured on a Delaunay Laplacian
-#: at 1e6 rows: factorisation 36 -> 29 s, a solve with the factors 0.57 -> 0.30 s
-#: (half the memory traffic), same iterations; at 1e5 no gain (1.33 against 1.35 s).
-FP32_FACTORS_FROM = 500_000
-#: Rows from which the factors are ordered by nested dissection of the seeds (when
-#: given) rather than minimum degree: a faster factorisation, but more fill, so each
-#: preconditioned iteration costs more. Measured on whole solves (host linear solve):
-#: Gaussian 1e4 0.15 -> 0.19 s (worse); box 1e5 1.86 -> 1.58 s (factorisation 0.81 ->
-#: 0.39 s); Gaussian 1e5 4.5 -> 4.3 s; box 1e6 39.3 -> 24.2 s (factorisation 19.3 ->
-#: 5.9 s, iterations 14.8 -> 12.9 s).
-NESTED_DISSECTION_FROM = 50_000
-
-
 class _FactorCache:
-    """The last sparse LU factorisation of the process (one at a time, under a lock:
-    not thread-local, XLA runs host callbacks on threads of its own);
-    ``factorisations`` and ``reuses`` count what :meth:`solve` did.
+    """The last sparse LU factorisation of a :class:`FactorPCG` (one at a time, under a
+    lock: XLA runs host callbacks on threads of its own); ``factorisations``, ``reuses``
+    and ``iterations`` (of the preconditioned conjugate gradients) count what :meth:`solve`
+    did, with the ``options`` (a :class:`FactorPCGOptions`).
 
     Old factors precondition worse as the Newton matrices drift: a rent-or-buy rule
-    keeps them while the iterations they cost beyond :data:`CG_FRESH`, summed over
-    the solves since the factorisation (``aged``), stay within ``nnz(L + U) / n``,
+    keeps them while the iterations they cost beyond ``options.fresh_iterations``, summed
+    over the solves since the factorisation (``aged``), stay within ``nnz(L + U) / n``,
     about what a new factorisation costs in iterations (measured ratio of their times:
     30, 47 and 77 at 1e4, 1e5 and 1e6 seeds; ``nnz(L + U) / n``: 35, 53 and 77).
-    Factors are only tried on a matrix whose diagonal is within :data:`OTHER_PROBLEM` of
-    theirs: not on another problem of the same size (a loop over sources, the items of a
-    ``jax.vmap``), which they would not precondition.
+    Factors are only tried on a matrix whose diagonal is within ``options.other_problem``
+    of theirs: not on another problem of the same size (the items of a ``jax.vmap``), which
+    they would not precondition.
     """
 
-    def __init__(self):
+    def __init__(self, options: FactorPCGOptions = FactorPCGOptions()):
+        self.options = options
         self.lu, self.diag, self.aged, self.factorisations, self.reuses = None, None, 0, 0, 0
+        self.iterations = 0
         self.single = False             # the factors are FP32
         self.lock = threading.Lock()
 
@@ -125,29 +179,36 @@ class _FactorCache:
             return self._solve(mat, b, rtol, points)
 
     def _solve(self, mat, b, rtol, points):
+        options = self.options
         lu, self.lu = self.lu, None
         diag = mat.diagonal()
         if lu is not None and lu.shape == mat.shape and (
-                np.linalg.norm(diag - self.diag) <= OTHER_PROBLEM * np.linalg.norm(self.diag)):
-            x, iterations = _pcg(mat, b, _preconditioner(lu, self.single), rtol, CG_MAX_ITER)
+                np.linalg.norm(diag - self.diag) <= options.other_problem * np.linalg.norm(self.diag)):
+            x, iterations = self._pcg(mat, b, _preconditioner(lu, self.single), rtol)
             if x is not None:
                 self.reuses += 1
-                self.aged += max(iterations - CG_FRESH, 0)
+                self.aged += max(iterations - options.fresh_iterations, 0)
                 if self.aged <= _factorisation_cost(lu):   # else a new factorisation next time
                     self.lu = lu
                 return x
         n = mat.shape[0]
-        points = points if n >= NESTED_DISSECTION_FROM else None
-        lu, self.single = _factorise(mat, n >= FP32_FACTORS_FROM, points)
+        points = points if n >= options.nested_dissection_from else None
+        lu, self.single = _factorise(mat, n >= options.fp32_factors_from, points)
         self.lu, self.diag, self.aged = lu, diag, 0
         self.factorisations += 1
         if self.single:
-            x, _ = _pcg(mat, b, _preconditioner(lu, True), rtol, CG_MAX_ITER)
+            x, _ = self._pcg(mat, b, _preconditioner(lu, True), rtol)
             if x is not None:
                 return x
             self.lu, self.single = _factorise(mat, False, points)   # FP32 could not represent the matrix
             self.factorisations += 1
         return self.lu.solve(b)
+
+    def _pcg(self, mat, b, precondition, rtol):
+        """:func:`_pcg` within ``options.max_iterations``, its iterations counted."""
+        x, iterations = _pcg(mat, b, precondition, rtol, self.options.max_iterations)
+        self.iterations += iterations
+        return x, iterations
 
 
 def _factorisation_cost(lu):
@@ -229,9 +290,6 @@ def _preconditioner(lu, single):
         scale = scale if np.isfinite(scale) and scale > 0 else 1.0
         return lu.solve((r / scale).astype(np.float32)).astype(np.float64) * scale
     return solve
-
-
-_factor_cache = _FactorCache()
 
 
 def _pcg(mat, b, precondition, rtol, max_iter):

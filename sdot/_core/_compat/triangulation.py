@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .arrays import dot
-from .control import THREADS, map_on_threads
+from .control import map_on_threads, settings
 from .host import from_host, host_callback, host_view, is_traced, on_host
 
 
@@ -109,7 +109,7 @@ def regular_neighbours(xp, points, weights, active):
     return None if table is None else from_host(xp, table, points)
 
 
-def regular_rings(xp, points, weights, active, stop_if_hidden=False):
+def regular_rings(xp, points, weights, active, stop_if_hidden=False, *, tile_points: int):
     """Each active point's neighbours in the regular triangulation, counter-clockwise
     around it: ``(labels (n, W), count (n,), closed (n,))``, -1 padding.
 
@@ -119,9 +119,10 @@ def regular_rings(xp, points, weights, active, stop_if_hidden=False):
     all the way round; an open ring (a point on the hull) lists every
     neighbour, in no useful order. Hidden and inactive points have count 0.
     ``stop_if_hidden``: if an active point is hidden, only ``count`` is right.
-    Eagerly on the host only (scipy's Qhull); None otherwise or if Qhull fails.
+    Eagerly on the host only (scipy's Qhull, in tiles of about ``tile_points`` points,
+    see :func:`_rings`); None otherwise or if Qhull fails.
     """
-    found = on_host(lambda *a: _rings(*a, stop_if_hidden), points, weights, active)
+    found = on_host(lambda *a: _rings(*a, stop_if_hidden, tile_points=tile_points), points, weights, active)
     return None if found is None else tuple(from_host(xp, a, points) for a in found)
 
 
@@ -156,13 +157,6 @@ def _morton_order(p):
     return np.argsort(spread(grid[:, 0]) | (spread(grid[:, 1]) << np.uint64(1)), kind="stable")
 
 
-#: Active points per tile: from twice as many, :func:`_rings` triangulates tiles of about
-#: this many points on the threads. Qhull's time per point grows with the points
-#: (measured on 1e5 uniform points: 0.69 s in one piece, 0.30 s in eight). Tiles of 25000
-#: and 10000 points, rings of the bench's points (minima of 5 calls, then the same in
-#: solves): 1e5 0.49 -> 0.35 s (in 4 solves: 0.75 -> 0.67 s a call), 1e6 5.9 -> 4.3 s;
-#: a session earlier 12500 and 25000 had taken 3.5 and 3.4 s at 1e6.
-TILE_POINTS = 10_000
 #: Depth of each tile's points beyond its sides, in mean spacings of the points.
 TILE_OVERLAP = 8
 #: Active points from which :func:`_rings` makes at least one tile per thread (Qhull
@@ -171,8 +165,8 @@ TILE_OVERLAP = 8
 TILED_FROM = 4_000
 
 
-def _rings(p, psi, active, stop_if_hidden=False):
-    """Host :func:`regular_rings`: in tiles of at most about :data:`TILE_POINTS` active
+def _rings(p, psi, active, stop_if_hidden=False, *, tile_points: int):
+    """Host :func:`regular_rings`: in tiles of at most about ``tile_points`` active
     points, at least one per thread, from :data:`TILED_FROM` points.
 
     The tiles split the points into slabs of equal counts along the first coordinate,
@@ -185,7 +179,7 @@ def _rings(p, psi, active, stop_if_hidden=False):
     (the lower hull of more points is lower): it gets count 0.
     """
     keep = np.flatnonzero(active)
-    pieces = max(-(-keep.size // TILE_POINTS), THREADS if keep.size >= TILED_FROM else 1)
+    pieces = max(-(-keep.size // tile_points), settings().threads if keep.size >= TILED_FROM else 1)
     if pieces < 2 or p.shape[1] != 2:
         return _rings_of(p, psi, active, stop_if_hidden)
     n = len(p)
