@@ -15,7 +15,7 @@ import warnings
 import array_api_compat as aac
 import numpy as np
 
-from ._core._compat import namespace as namespace_of
+from ._core._compat import is_traced, namespace as namespace_of
 
 __all__ = ["Driver", "driver", "to_array", "namespace", "compute_dtype",
            "device_of", "is_tracer", "convert_like"]
@@ -168,11 +168,7 @@ def _user_stacklevel():
 
 def is_tracer(x) -> bool:
     """True if ``x`` is a JAX tracer (inside ``jit``/``vmap``/``grad``)."""
-    if "jax" not in sys.modules:
-        return False
-    import jax
-
-    return isinstance(x, jax.core.Tracer)
+    return is_traced(x)
 
 
 def _check_mps(device):

@@ -179,3 +179,27 @@ def test_previous_and_next_slots_read_cyclically_within_the_count(backend):
         np.testing.assert_array_equal(got[0][r, :c], values[r, (ring - 1) % c])
         np.testing.assert_array_equal(got[1][r, :c], values[r, (ring + 1) % c])
         np.testing.assert_array_equal(got[2][r, :c], verts[r, (ring - 1) % c])
+
+
+@pytest.mark.parametrize("framework", ["numpy", "torch"])
+def test_direct_namespaces_change_no_result(sdot_driver, monkeypatch, framework):
+    """The direct namespaces only skip argument handling: with the switch off
+    (``SDOT_DIRECT_NAMESPACES=0``: array_api_compat's namespaces as they are) a whole solve
+    on a zero background gives the same weights, masses and W2^2, bit for bit."""
+    import sdot
+    from sdot._core._compat import namespaces
+
+    pytest.importorskip(framework)
+    sdot_driver.framework = framework
+    rng = np.random.default_rng(1)
+    x, img = rng.random((60, 2)), np.zeros((16, 16))
+    img[3:12, 4:14] = 1.0
+
+    def solve():
+        plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(img))
+        return [np.asarray(a) for a in (plan.brenier_potential, plan.cell_masses, plan.distance)]
+    direct = solve()
+    monkeypatch.setattr(namespaces, "DIRECT", False)
+    assert type(_compat.namespace(np.zeros(2))).__name__ == "module"
+    for a, b in zip(direct, solve()):
+        np.testing.assert_array_equal(a, b)

@@ -129,14 +129,6 @@ def _segment_sum_sorted(xp, values, ids, n):
     return xp.take(csum, bounds[1:], axis=0) - xp.take(csum, bounds[:-1], axis=0)
 
 
-def tree_where(xp, pred, a, b):
-    """``a`` where the scalar ``pred`` holds, else ``b``, leaf by leaf (tuples of arrays)."""
-    if isinstance(a, tuple):
-        return type(a)(*(tree_where(xp, pred, x, y) for x, y in zip(a, b))) if hasattr(a, "_fields") \
-            else tuple(tree_where(xp, pred, x, y) for x, y in zip(a, b))
-    return xp.where(pred, a, b)
-
-
 def column(x, c):
     """Column ``c`` (an int, or a traced integer) of the 2-d array ``x``."""
     return x[:, c]

@@ -75,16 +75,6 @@ def to_int(x) -> int:
     return int(x)
 
 
-def to_host(x):
-    """NumPy copy of a concrete array (eager sizing only)."""
-    view = host_view(x)
-    if view is not None:
-        return np.asarray(view)
-    if aac.is_torch_array(x):
-        return x.detach().cpu().numpy()
-    return np.from_dlpack(x) if hasattr(x, "__dlpack__") else np.asarray(x)
-
-
 def host_call(fn, *args):
     """``fn(*args)`` on the host: directly, or ``jax.debug.callback`` when traced."""
     if is_traced(*args):
