@@ -103,7 +103,9 @@ class Backend:
     def asarray(self, a, dtype=None):
         """An input array of this backend (float64 unless ``dtype`` says otherwise)."""
         host = np.asarray(a, dtype=np.float64 if dtype is None else dtype)
-        if self.name == "numpy":
+        if self.name == "numpy":        # read-only: the solver never writes into its inputs
+            host = host.copy()
+            host.flags.writeable = False
             return host
         if self.name == "torch":
             return torch.from_numpy(host.copy())
