@@ -26,7 +26,8 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import continuation, integrate
+from . import continuation
+from .planar import integrate
 
 
 class PixelDensity(NamedTuple):
@@ -41,12 +42,12 @@ class PixelDensity(NamedTuple):
     hi: object
 
     def integrals(self, xp, seeds, cells):
-        """``(moments, facet)``: see :func:`.integrate.cell_integrals`."""
+        """``(moments, facet)``: see :func:`.planar.integrate.cell_integrals`."""
         return integrate.cell_integrals(xp, seeds, cells, self.values, self.lo, self.hi)
 
     def potential_integrals(self, xp, seeds, cells, psi):
         """Per pixel ``int_pixel phi``, ``phi(x) = |x - y_i|^2 - psi_i`` on cell i: see
-        :func:`.integrate.potential_integrals`."""
+        :func:`.planar.integrate.potential_integrals`."""
         return integrate.potential_integrals(xp, seeds, cells, psi, self.lo, self.hi, tuple(self.values.shape))
 
     def blurred(self, xp, width):

@@ -10,7 +10,7 @@ at least ``eps0 = min(min m, min G(psi_0)) / 2`` and
 not 1 but ``min(1, 4 t)`` of the last step's, ``min(1, 1.5 t)`` if the last step
 was damped (where steps must be damped they stay damped for a while), and at most
 ``hiding_margin`` times the ``t`` at which a seed is certainly hidden
-(:func:`.hiding.hiding_step`, from the fans of the current neighbours): every
+(:func:`.planar.hiding_step`, from the fans of the current neighbours): every
 rejected trial measured had an empty cell, and each costs a diagram. Measured on a
 Gaussian image at 1e5 (4 point sets): 11 to 13 steps and 14 to 20 diagrams, against
 12 to 14 steps and 21 to 25 diagrams by halving from ``min(1, 4 t)`` alone.
@@ -34,9 +34,9 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, geometry, hiding
+from . import _compat, planar
 from .options import DEFAULT, DIAGRAM
-from .polygons import offsets
+from .planar.polygons import offsets
 
 
 class Problem(NamedTuple):
@@ -112,9 +112,9 @@ def group_duplicates(xp, seeds, masses, weights=None):
     return rep, active, xp.where(active, group_mass, 0.0)
 
 
-def evaluate(xp, prob, psi, active, candidates=None, capacity=geometry.CAPACITY, previous=None,
+def evaluate(xp, prob, psi, active, candidates=None, capacity=planar.CAPACITY, previous=None,
              trial=None, diagram=DIAGRAM):
-    """The :class:`Evaluation` at weights ``psi``: see :func:`geometry.power_cells` for
+    """The :class:`Evaluation` at weights ``psi``: see :func:`.planar.power_cells` for
     ``candidates``, ``capacity``, ``previous`` (cells at other weights) and ``diagram``
     (its ``options``).
 
@@ -122,11 +122,11 @@ def evaluate(xp, prob, psi, active, candidates=None, capacity=geometry.CAPACITY,
     :func:`_accept` rejects unless its cells are certified and none is empty. Eagerly,
     as soon as the update (or the rebuild) finds an active cell empty, the diagram is
     abandoned: uncertified cells, zero moments. (The damping's trials stay below the
-    ``t`` at which :func:`.hiding.hiding_step` proves a seed hidden.)
+    ``t`` at which :func:`.planar.hiding_step` proves a seed hidden.)
     """
     stop = trial is not None and _compat.host_any(xp, trial)
-    cells = geometry.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi, candidates, capacity,
-                                 previous=previous, stop_if_empty=stop, options=diagram)
+    cells = planar.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi, candidates, capacity,
+                               previous=previous, stop_if_empty=stop, options=diagram)
     if stop and _compat.host_any(xp, ~cells.certified):
         return _without_integrals(xp, cells)
     moments, facet = prob.density.integrals(xp, prob.seeds, cells)
@@ -283,7 +283,7 @@ def similarity_weights(xp, prob, options):
     return _compat.dot(y, y) - 2.0 * w
 
 
-def initial_weights(xp, prob, active, targets, options, capacity=geometry.CAPACITY):
+def initial_weights(xp, prob, active, targets, options, capacity=planar.CAPACITY):
     """The start: ``(psi, evaluation, width)``, the evaluation against the density blurred
     to ``width`` (0: the density itself).
 
@@ -343,7 +343,7 @@ class _Stage(NamedTuple):
     overflowed: object
 
 
-def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.CAPACITY,
+def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=planar.CAPACITY,
           min_step=2.0 ** -30, options=DEFAULT):
     """Damped Newton from :func:`initial_weights`, through the widths of
     :mod:`.continuation` if the start needs them. Returns a :class:`Solution`.
@@ -408,11 +408,11 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
         stage_prob = at_width(st.width)
         _, norm0 = error(st.ev.moments, st.width)
         # the hiding step's fans, eagerly on NumPy on another core during the host's sparse solve
-        fans = _compat.in_background(lambda: hiding.fans(xp, prob.seeds, st.psi, active, st.ev.cells), st.psi)
+        fans = _compat.in_background(lambda: planar.fans(xp, prob.seeds, st.psi, active, st.ev.cells), st.psi)
         d = newton_direction(xp, prob, st.ev, active, goal(st.width) - st.ev.moments[:, 0], options.regularisation, solver,
                              _linear_rtol(xp, tol, norm0, options.forcing, spread),
                              fresh=st.it == 0)
-        hidden_at = hiding.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans)
+        hidden_at = planar.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans)
         t1 = xp.minimum(st.first, options.hiding_margin * hidden_at)
         # a failed linear solve gives a non-finite direction: no trial
         no = xp.asarray(False, device=dev)

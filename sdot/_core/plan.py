@@ -12,12 +12,12 @@ same computation, bit for bit, and W2^2 changes by the exact factor.
 """
 from __future__ import annotations
 
-from . import _compat, geometry, newton
+from . import _compat, newton, planar
 from .gradients import GradientState
 from .options import DEFAULT
 
 
-def solve_plan(xp, prob, tol, max_iter, log=None, capacity=geometry.CAPACITY, options=DEFAULT):
+def solve_plan(xp, prob, tol, max_iter, log=None, capacity=planar.CAPACITY, options=DEFAULT):
     """Solve ``prob`` with the Newton ``options`` (a :class:`.options.NewtonOptions`); a
     dict of arrays (see :class:`sdot.OtPlan`), with the ``solution``, the ``active`` mask,
     the :class:`GradientState` ``state`` and ``overflow`` (a cell needed more than

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from . import _compat
+from .. import _compat
 from .kinetic import rebuild, update
-from .options import DIAGRAM
+from ..options import DIAGRAM
 from .polygons import CAPACITY, box_cells, clip_by, neighbours, slots_for
 from .repair import repair
 
@@ -41,7 +41,7 @@ def first_candidates(xp, seeds, k: int = DIAGRAM.first_candidates, active=None, 
     candidate, nothing to repair at zero weights; traced, through the host callback, the
     first ``k + 1`` of them: 400 Diracs on the sides of the square, whose 20 nearest lie on
     their own side, had cells no repair certified), and with ``psi`` those of the regular
-    triangulation (see :func:`._compat.delaunay_neighbours`); without a host, the ``k`` nearest
+    triangulation (see :func:`.._compat.delaunay_neighbours`); without a host, the ``k`` nearest
     seeds and the seed itself (all of them if there are no more). Traced or without a host,
     the inactive seeds (duplicates, zero masses) are moved out of the way first
     (:func:`_away`): 40 Diracs repeated 10 times had 9 of their 20 candidates on their own
@@ -95,7 +95,7 @@ def beyond_security(xp, seeds, psi, active, cells, nearest):
 def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int = CAPACITY,
                 previous=None, stop_if_empty: bool = False, options=DIAGRAM):
     """Cells of every seed, exact up to rounding (see the module docstring), found as the
-    :class:`.options.DiagramOptions` ``options`` say.
+    :class:`..options.DiagramOptions` ``options`` say.
 
     ``previous``: cells of the same seeds at other weights (the last Newton
     step): their combinatorics give the new vertices directly (:func:`update`).
