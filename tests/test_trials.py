@@ -14,7 +14,7 @@ from conftest import Backend, solve_with
 
 import sdot
 from sdot._core import newton, options, planar
-from sdot._core.planar import integrate, kinetic
+from sdot._core.planar import integrate
 from sdot._core.density import PixelDensity
 
 DATA = Path(__file__).parent / "data"

@@ -36,11 +36,10 @@ import array_api_compat as aac
 
 from . import _compat, planar
 from .options import DEFAULT, DIAGRAM
-from .planar.polygons import offsets
 
 
 class Problem(NamedTuple):
-    """A semi-discrete problem in the computation namespace: the Diracs ``seeds`` (n, 2)
+    """A semi-discrete problem in the computation namespace: the Diracs ``seeds`` (n, d)
     and their ``masses`` (n,) against a ``density`` (a kind of :mod:`.density`, of the
     same total mass), whose box ``[lo, hi]`` is the domain of the cells."""
 
@@ -58,8 +57,8 @@ class Problem(NamedTuple):
 
 
 class Evaluation(NamedTuple):
-    """The diagram at some weights: ``cells``, per-cell ``moments`` (n, 4: mass,
-    first moments and second moment about the seed) and per-edge ``facet``
+    """The diagram at some weights: ``cells``, per-cell ``moments`` (n, d + 2: mass,
+    first moments and second moment about the seed) and per-facet-slot ``facet``
     integrals of the density (n, V)."""
 
     cells: object
@@ -98,9 +97,9 @@ def group_duplicates(xp, seeds, masses, weights=None):
     """
     n = seeds.shape[0]
     dev = aac.device(seeds)
-    o1 = xp.arange(n, dtype=xp.int64, device=dev) if weights is None else xp.argsort(-weights, stable=True)
-    o1 = xp.take(o1, xp.argsort(xp.take(seeds[:, 1], o1), stable=True))
-    perm = xp.take(o1, xp.argsort(xp.take(seeds[:, 0], o1), stable=True))
+    perm = xp.arange(n, dtype=xp.int64, device=dev) if weights is None else xp.argsort(-weights, stable=True)
+    for axis in reversed(range(seeds.shape[1])):        # lexicographic order of the positions
+        perm = xp.take(perm, xp.argsort(xp.take(seeds[:, axis], perm), stable=True))
     s = xp.take(seeds, perm, axis=0)
     same = xp.all(s[1:, :] == s[:-1, :], axis=1)
     start = xp.concat([xp.ones((1,), dtype=xp.bool, device=dev), ~same])
@@ -128,18 +127,18 @@ def evaluate(xp, prob, psi, active, candidates=None, capacity=planar.CAPACITY, p
     cells = planar.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi, candidates, capacity,
                                previous=previous, stop_if_empty=stop, options=diagram)
     if stop and _compat.host_any(xp, ~cells.certified):
-        return _without_integrals(xp, cells)
+        return _without_integrals(xp, cells, prob.seeds.shape[1])
     moments, facet = prob.density.integrals(xp, prob.seeds, cells)
     return Evaluation(cells, moments, facet)
 
 
-def _without_integrals(xp, cells):
+def _without_integrals(xp, cells, dim):
     """An :class:`Evaluation` of ``cells`` (uncertified: an abandoned trial, or a
-    placeholder) with zero integrals."""
+    placeholder) in dimension ``dim`` with zero integrals."""
     n, cap = cells.labels.shape
     dev = aac.device(cells.count)
     dtype = cells.vertices.dtype
-    return Evaluation(cells, xp.zeros((n, 4), dtype=dtype, device=dev), xp.zeros((n, cap), dtype=dtype, device=dev))
+    return Evaluation(cells, xp.zeros((n, dim + 2), dtype=dtype, device=dev), xp.zeros((n, cap), dtype=dtype, device=dev))
 
 
 def newton_direction(xp, prob, ev, active, rhs, regularisation, solver, rtol=None, fresh=None):
@@ -199,8 +198,7 @@ def _facet_entries(xp, seeds, cells, facet):
     slot = xp.nonzero(xp.reshape(is_facet, (-1,)))[0]
     rows = slot // cap
     cols = xp.take(xp.reshape(cells.labels, (-1,)), slot)
-    dx, dy = offsets(xp, seeds, rows, cols[:, None])
-    dist = xp.sqrt(dx[:, 0] * dx[:, 0] + dy[:, 0] * dy[:, 0])
+    dist = _distances(xp, seeds, rows, cols[:, None])[:, 0]
     return rows, cols, xp.take(xp.reshape(facet, (-1,)), slot) / (2.0 * dist)
 
 
@@ -212,9 +210,19 @@ def _facet_weights(xp, seeds, rows, labels, count, facet):
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(rows))[None, :]
     is_facet = (k < count[:, None]) & (labels >= 0)
     other = xp.where(is_facet, labels, rows[:, None])
-    dx, dy = offsets(xp, seeds, rows, other)
-    dist = xp.sqrt(dx * dx + dy * dy)
+    dist = _distances(xp, seeds, rows, other)
     return other, xp.where(is_facet, facet / (2.0 * xp.where(is_facet, dist, 1.0)), 0.0)
+
+
+def _distances(xp, seeds, rows, j):
+    """``|y_j - y_row|``, of ``j``'s shape ``(m, V)`` (``rows`` (m,)), in any dimension: one
+    gather per coordinate (NumPy gathers rows of a few coordinates several times slower)."""
+    square = None
+    for axis in range(seeds.shape[1]):
+        x = seeds[:, axis]
+        delta = _compat.flat_take(x, j) - xp.take(x, rows)[:, None]
+        square = delta * delta if square is None else square + delta * delta
+    return xp.sqrt(square)
 
 
 @_compat.jit_on_jax("regularisation")
@@ -526,7 +534,8 @@ def lifted(xp, prob, psi, ev, active, targets, options):
     ``options.lift_bisections`` bisections. Each round of a pass is one diagram.
     """
     n = xp.maximum(xp.sum(xp.astype(active, psi.dtype)), 1.0)
-    first = 1e-3 * xp.prod(prob.hi - prob.lo) / n
+    power = 2.0 / prob.seeds.shape[1]         # h^2 = (volume / n)^(2/d)
+    first = 1e-3 * xp.prod(prob.hi - prob.lo) ** power / n ** power
     cap = ev.cells.labels.shape[1]
     dev = aac.device(psi)
     yes, zero = xp.asarray(True, device=dev), xp.asarray(0, device=dev)

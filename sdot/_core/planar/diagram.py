@@ -23,6 +23,9 @@ Cells are polygons of fixed capacity (:mod:`.polygons`). Shapes are static;
 eagerly the repairs only touch the cells that need them and a capacity
 overflow is retried with 1.5 times the capacity; under tracing ``overflow`` and
 ``certified`` report what could not be done.
+
+The c-transform of the weights (:func:`c_transform`, the mass gradient of a Dirac of
+zero mass) is a minimum over the cells' vertices.
 """
 from __future__ import annotations
 
@@ -142,3 +145,31 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
 def _grown(capacity: int) -> int:
     """The next capacity: 1.5 times, a multiple of 4 (every slot costs time and memory)."""
     return (3 * capacity // 2 + 3) // 4 * 4
+
+
+@_compat.jit_on_jax()
+def c_transform(xp, seeds, cells, psi):
+    """``min_x |x - y_i|^2 - phi(x)`` over the box for every Dirac i, shape (n,).
+
+    ``|x - y_i|^2 - phi(x)`` is linear on each cell, so the minimum is at a
+    vertex: ``O(n x vertices)`` work, in blocks of Diracs.
+    """
+    n, cap, _ = cells.vertices.shape
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(seeds))[None, :]
+    u = cells.vertices
+    phi = xp.where(k < cells.count[:, None], _compat.dot(u, u) - psi[:, None], -xp.inf)
+    points = xp.reshape(u + seeds[:, None, :], (n * cap, 2))
+    phi = xp.reshape(phi, (-1,))
+    block = max(1, min(n, int(2 ** 22 // max(n * cap, 1))))
+
+    def rows(start):
+        idx = xp.minimum(start + xp.arange(block, dtype=xp.int64, device=aac.device(seeds)), n - 1)
+        y = xp.take(seeds, idx, axis=0)
+        d = points[None, :, :] - y[:, None, :]
+        return idx, xp.min(_compat.dot(d, d) - phi[None, :], axis=1)
+
+    def body(b, out):
+        idx, value = rows(b * block)
+        return _compat.put_rows(xp, out, idx, value)
+    out = xp.zeros((n,), dtype=seeds.dtype, device=aac.device(seeds))
+    return _compat.fori_loop(0, -(-n // block), body, out)
