@@ -84,7 +84,8 @@ def to_backend(name, a):
 
 def _instrument(totals):
     """Wrap the core's phases with wall-clock timers (eager backends)."""
-    from sdot._core import _compat, geometry, integrate, newton
+    from sdot._core import _compat, newton, planar
+    from sdot._core.planar import integrate
 
     def timed(module, name, phase, inner=()):
         fn = getattr(module, name)
@@ -108,7 +109,7 @@ def _instrument(totals):
     timed(_compat, "regular_neighbours", "neighbours")
     timed(_compat, "regular_rings", "neighbours")
     timed(_compat, "nearest", "neighbours")
-    timed(geometry, "power_cells", "cells", inner=("neighbours",))
+    timed(planar, "power_cells", "cells", inner=("neighbours",))
     timed(integrate, "cell_integrals", "integrals")
     timed(newton, "newton_direction", "linear solve")
 

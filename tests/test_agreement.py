@@ -1,5 +1,5 @@
 """Cells that disagree with their neighbours about a shared vertex
-(``sdot._core.agreement``), on every backend.
+(``sdot._core.planar.agreement``), on every backend.
 
 Ground truth: scipy's cells (``reference_cell`` of test_power_diagram), whose dual
 triangles every cell shares, and the same diagram with one edge taken out by hand.
@@ -9,7 +9,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from sdot._core import agreement, geometry
+from sdot._core import planar
+from sdot._core.planar import agreement
 from sdot._core.options import DIAGRAM
 from test_power_diagram import N, reference_cell
 from test_repair import without_one_edge
@@ -41,7 +42,7 @@ def unmatched_cells(backend, seeds, mask, edge_out=True, size=None, options=EVER
         if edge_out:
             _, _, cells = without_one_edge(xp, y, lo, hi, I, others, options)
         else:
-            cells = geometry.power_cells(xp, y, xp.zeros((N,), dtype=y.dtype), xp.ones((N,), dtype=xp.bool), lo, hi,
+            cells = planar.power_cells(xp, y, xp.zeros((N,), dtype=y.dtype), xp.ones((N,), dtype=xp.bool), lo, hi,
                                          options=options)
         return agreement.unmatched(xp, cells, mask, size, options.agreement_from)
 

@@ -6,7 +6,8 @@ repair heals the cells.)"""
 import numpy as np
 import pytest
 
-from sdot._core import _compat, geometry, hiding, integrate, kinetic, newton, options, polygons, repair
+from sdot._core import _compat, newton, options, planar
+from sdot._core.planar import hiding, integrate, kinetic, polygons, repair
 
 
 def kernels(xp, b):
@@ -16,7 +17,7 @@ def kernels(xp, b):
     seeds, psi0, psi1 = b.asarray(rng.random((n, 2))), b.asarray(np.zeros(n)), b.asarray(3e-3 * rng.random(n))
     lo, hi = b.asarray([0.0, 0.0]), b.asarray([1.0, 1.0])
     active = xp.ones((n,), dtype=xp.bool)
-    before = geometry.power_cells(xp, seeds, psi0, active, lo, hi)
+    before = planar.power_cells(xp, seeds, psi0, active, lo, hi)
     moved, ok, flipped = kinetic._updated(xp, seeds, psi1, active, lo, hi, before)
     rows = xp.arange(n, dtype=xp.int64)
     table = polygons.neighbours(xp, before, 10)
@@ -168,8 +169,8 @@ def test_the_solve_computes_the_hiding_fans_during_the_linear_solve(sdot_driver,
     import sdot
 
     sdot_driver.framework = "numpy"
-    fans, names = hiding.fans, []
-    monkeypatch.setattr(hiding, "fans", lambda *a: names.append(threading.current_thread().name) or fans(*a))
+    fans, names = planar.fans, []
+    monkeypatch.setattr(planar, "fans", lambda *a: names.append(threading.current_thread().name) or fans(*a))
     rng = np.random.default_rng(2)
     x = rng.random((3000, 2))
     with _compat.control.host_settings(threads=2):

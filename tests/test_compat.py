@@ -162,7 +162,7 @@ def test_row_reductions_match_their_meaning(backend, width):
 def test_previous_and_next_slots_read_cyclically_within_the_count(backend):
     """``previous_slots`` / ``next_slots`` give slot ``k - 1`` / ``k + 1`` of each row modulo its
     count (the polygon's vertices around), for values (n, V) and vertices (n, V, 2)."""
-    from sdot._core import polygons
+    from sdot._core.planar import polygons
 
     rng = np.random.default_rng(4)
     count = np.array([0, 1, 2, 3, 7, 8, 5])

@@ -5,8 +5,9 @@ import array_api_compat.numpy as npx
 import numpy as np
 import pytest
 
-from sdot._core import geometry, integrate
-from sdot._core.polygons import Cells
+from sdot._core import planar
+from sdot._core.planar import integrate
+from sdot._core.planar.polygons import Cells
 
 
 def on_backend(b, cells):
@@ -84,7 +85,7 @@ def test_one_pixel_equals_the_pixel_walk_on_a_constant_grid(backend, box, monkey
     lo, hi = np.asarray(box[0]), np.asarray(box[1])
     seeds = lo + (hi - lo) * rng.random((200, 2))
     psi = 0.02 * np.prod(hi - lo) * rng.random(200)
-    cells = geometry.power_cells(npx, seeds, psi, np.ones(200, bool), lo, hi)
+    cells = planar.power_cells(npx, seeds, psi, np.ones(200, bool), lo, hi)
     closed_form = integrate._uniform_integrals
     calls = []
     monkeypatch.setattr(integrate, "_uniform_integrals", lambda *a: calls.append(1) or closed_form(*a))

@@ -326,7 +326,8 @@ def test_newton_matrix_is_the_voronoi_laplacian(backend):
     each pair once per direction, and its diagonal their row sums (plus the regulariser)."""
     from scipy.spatial import Voronoi
 
-    from sdot._core import geometry, integrate, newton, options
+    from sdot._core import newton, options, planar
+    from sdot._core.planar import integrate
 
     xp, n = backend.xp, 150
     y = np.random.default_rng(7).random((n, 2))
@@ -340,7 +341,7 @@ def test_newton_matrix_is_the_voronoi_laplacian(backend):
     def matrix(seeds):
         active = xp.ones((n,), dtype=xp.bool)
         lo, hi = xp.asarray([0.0, 0.0], dtype=xp.float64), xp.asarray([1.0, 1.0], dtype=xp.float64)
-        cells = geometry.power_cells(xp, seeds, xp.zeros((n,), dtype=xp.float64), active, lo, hi)
+        cells = planar.power_cells(xp, seeds, xp.zeros((n,), dtype=xp.float64), active, lo, hi)
         moments, facet = integrate.cell_integrals(xp, seeds, cells, xp.ones((1, 1), dtype=xp.float64), lo, hi)
         return newton._laplacian(xp, seeds, cells, facet, active, moments[:, 0], options.DEFAULT.regularisation)[:4]
 

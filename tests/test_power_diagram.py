@@ -303,7 +303,7 @@ def test_cell_with_more_vertices_than_the_default_capacity(eager_backend):
 def test_capacity_grows_on_overflow(eager_backend):
     """The 24-gon cell clipped by 12 nearest-seed candidates overflows the default
     16 vertex slots: the diagram is rebuilt wider (1.5 times, 24) and the cell is whole."""
-    from sdot._core import geometry
+    from sdot._core import planar
 
     k, r = 24, 0.2
     angles = 2 * np.pi * np.arange(k) / k
@@ -311,7 +311,7 @@ def test_capacity_grows_on_overflow(eager_backend):
     near = np.argsort(((seeds[:, None] - seeds[None]) ** 2).sum(-1), axis=1)[:, 1:13]
     near[0] = np.arange(1, 13)      # only half the ring: the repair finds the rest
     xp, b = eager_backend.xp, eager_backend
-    cells = geometry.power_cells(xp, b.asarray(seeds), b.asarray(np.zeros(k + 1)), xp.ones((k + 1,), dtype=xp.bool),
+    cells = planar.power_cells(xp, b.asarray(seeds), b.asarray(np.zeros(k + 1)), xp.ones((k + 1,), dtype=xp.bool),
                                  b.asarray([0.0, 0.0]), b.asarray([1.0, 1.0]), b.asarray(near, np.int64))
     assert cells.labels.shape[1] == 24
     assert int(b.to_numpy(cells.count)[0]) == k
@@ -324,7 +324,8 @@ def test_cells_within_the_security_radius_are_exact(backend, spread):
     sign): every active cell that ``beyond_security`` does not flag equals scipy's
     cell (no seed outside its candidates can cut it), and the flagged ones include
     every cell that is not exact (measured: 10 to 15 cells unflagged, 31 to 35 not exact)."""
-    from sdot._core import _compat, geometry, polygons
+    from sdot._core import _compat
+    from sdot._core.planar import diagram, polygons
 
     rng = np.random.default_rng(8)
     n = 80
@@ -337,7 +338,7 @@ def test_cells_within_the_security_radius_are_exact(backend, spread):
         near = _compat.knn(xp, y, 9)
         cells = polygons.clip_by(xp, y, w, act, polygons.box_cells(xp, y, lo, hi, act, 16),
                                  xp.arange(n, dtype=xp.int64), near)
-        return cells.vertices, cells.count, geometry.beyond_security(xp, y, w, act, cells, near)
+        return cells.vertices, cells.count, diagram.beyond_security(xp, y, w, act, cells, near)
     verts, count, flagged = (b.to_numpy(a) for a in backend.run(
         run, *(b.asarray(a) for a in (seeds, psi, [0.0, 0.0], [1.0, 1.0]))))
     exact = np.ones(n, bool)

@@ -1,4 +1,4 @@
-"""The repair of clipped cells (``sdot._core.repair``) on every backend.
+"""The repair of clipped cells (``sdot._core.planar.repair``) on every backend.
 
 Ground truth: scipy's half-space intersections (``reference_cell`` of
 test_power_diagram), computed without sdot.
@@ -8,7 +8,8 @@ import pytest
 from scipy.optimize import linprog
 from scipy.spatial import ConvexHull, HalfspaceIntersection
 
-from sdot._core import geometry, polygons, repair
+from sdot._core import planar
+from sdot._core.planar import polygons, repair
 from sdot._core.options import DIAGRAM
 from test_power_diagram import N, constraints, reference_cell
 
@@ -32,7 +33,7 @@ def without_one_edge(xp, y, lo, hi, i, others, options=DIAGRAM):
     n = y.shape[0]
     psi = xp.zeros((n,), dtype=y.dtype)
     active = xp.ones((n,), dtype=xp.bool)
-    cells = geometry.power_cells(xp, y, psi, active, lo, hi, options=options)
+    cells = planar.power_cells(xp, y, psi, active, lo, hi, options=options)
     row = xp.asarray([i])
     start = polygons.box_cells(xp, y[i:i + 1, :], lo, hi, active[i:i + 1], cells.labels.shape[1])
     return psi, active, polygons.put_rows(xp, cells, row, polygons.clip_by(xp, y, psi, active, start, row,

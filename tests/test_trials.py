@@ -13,7 +13,8 @@ import pytest
 from conftest import Backend, solve_with
 
 import sdot
-from sdot._core import geometry, hiding, integrate, kinetic, newton, options
+from sdot._core import newton, options, planar
+from sdot._core.planar import integrate
 from sdot._core.density import PixelDensity
 
 DATA = Path(__file__).parent / "data"
@@ -29,7 +30,7 @@ def trial_evaluations(backend, psi):
     def run(seeds, psi, lo, hi):
         active = xp.ones((7,), dtype=xp.bool)
         prob = newton.Problem(seeds, None, PixelDensity(xp.ones((1, 1), dtype=seeds.dtype), lo, hi))
-        start = geometry.power_cells(xp, seeds, xp.zeros_like(psi), active, lo, hi)
+        start = planar.power_cells(xp, seeds, xp.zeros_like(psi), active, lo, hi)
         cap = start.labels.shape[1]
         return tuple(newton.evaluate(xp, prob, psi, active, capacity=cap, previous=start, trial=trial)
                      for trial in (xp.asarray(True), None))
@@ -99,13 +100,13 @@ def test_first_trials_stay_below_the_hiding_step(name, sdot_driver, monkeypatch)
     backend = Backend(name)
     sdot_driver.framework = backend.framework
     limits, steps = [], []
-    step_of = hiding.hiding_step
+    step_of = planar.hiding_step
 
     def hiding_step(*args):
         out = step_of(*args)
         limits.append(float(backend.to_numpy(out)))
         return out
-    monkeypatch.setattr(hiding, "hiding_step", hiding_step)
+    monkeypatch.setattr(planar, "hiding_step", hiding_step)
     log = lambda it, err, t, width: steps.append(float(backend.to_numpy(t)))
     calls, runs = [], {}
     counted(monkeypatch, calls, newton, "evaluate")

@@ -8,7 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from sdot._core import _compat, geometry, hiding, kinetic
+from sdot._core import _compat, planar
+from sdot._core.planar import hiding, kinetic
 from sdot._core.options import DEFAULT, DIAGRAM
 from test_power_diagram import reference_cell
 
@@ -21,7 +22,7 @@ def cells_at(backend, seeds, psi, previous=None, options=DIAGRAM):
     active = xp.ones((n,), dtype=xp.bool)
 
     def run(y, w, lo, hi, previous):
-        return geometry.power_cells(xp, y, w, active, lo, hi, previous=previous, options=options)
+        return planar.power_cells(xp, y, w, active, lo, hi, previous=previous, options=options)
     return backend.run(run, *args, previous)
 
 
@@ -108,7 +109,7 @@ def test_exact_cutters_find_every_cut_vertex(backend):
     gets a cutter of lower power there, a vertex inside it gets none. Eagerly on
     the host the candidates are the regular-triangulation neighbours (lifted
     nearest seed for hidden ones); under jit or without a host, the lifted nearest seed."""
-    from sdot._core import polygons, repair
+    from sdot._core.planar import polygons, repair
 
     rng = np.random.default_rng(5)
     n = 60

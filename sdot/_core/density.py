@@ -3,9 +3,9 @@
 A density kind is a ``NamedTuple`` (hence a JAX pytree) of arrays with these methods,
 each taking the array namespace ``xp`` first:
 
-- ``integrals(xp, seeds, cells)``: per cell ``(mass, M_x, M_y, M_2)`` about its seed
-  ``(n, 4)`` and per edge slot the density integrated along the edge ``(n, V)``
-  (the Newton matrix's facet terms);
+- ``integrals(xp, seeds, cells)``: per cell its mass, first moments and second moment
+  about its seed ``(n, d + 2)`` (in 2D ``(mass, M_x, M_y, M_2)``) and per facet slot the
+  density integrated over the facet ``(n, V)`` (the Newton matrix's facet terms);
 - ``potential_integrals(xp, seeds, cells, psi)``: ``dQ/d(values)`` for
   ``Q = sum_i int_{L_i} (|x - y_i|^2 - psi_i) rho`` with the cells fixed, the
   gradient of W2^2 with respect to the density's parameters;
@@ -26,7 +26,8 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import continuation, integrate
+from . import continuation
+from .planar import integrate
 
 
 class PixelDensity(NamedTuple):
@@ -41,12 +42,12 @@ class PixelDensity(NamedTuple):
     hi: object
 
     def integrals(self, xp, seeds, cells):
-        """``(moments, facet)``: see :func:`.integrate.cell_integrals`."""
+        """``(moments, facet)``: see :func:`.planar.integrate.cell_integrals`."""
         return integrate.cell_integrals(xp, seeds, cells, self.values, self.lo, self.hi)
 
     def potential_integrals(self, xp, seeds, cells, psi):
         """Per pixel ``int_pixel phi``, ``phi(x) = |x - y_i|^2 - psi_i`` on cell i: see
-        :func:`.integrate.potential_integrals`."""
+        :func:`.planar.integrate.potential_integrals`."""
         return integrate.potential_integrals(xp, seeds, cells, psi, self.lo, self.hi, tuple(self.values.shape))
 
     def blurred(self, xp, width):

@@ -18,9 +18,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import array_api_compat as aac
-
-from . import _compat
+from . import _compat, planar
 
 
 class GradientState(NamedTuple):
@@ -37,7 +35,7 @@ class GradientState(NamedTuple):
 
 
 def gradients(xp, seeds, masses, density, state, needs=(True, True, True)):
-    """``(dW/dy (n, 2), dW/dm (n,), dW/drho)`` (the last of the shape of the parameters of
+    """``(dW/dy (n, d), dW/dm (n,), dW/drho)`` (the last of the shape of the parameters of
     ``density``, a kind of :mod:`.density`); None where not ``needs``."""
     gy = position_gradient(xp, masses, state) if needs[0] else None
     gm = mass_gradient(xp, seeds, density.lo, density.hi, state) if needs[1] else None
@@ -47,10 +45,10 @@ def gradients(xp, seeds, masses, density, state, needs=(True, True, True)):
 
 @_compat.jit_on_jax()
 def position_gradient(xp, masses, state):
-    """``dW/dy`` of shape (n, 2)."""
+    """``dW/dy`` of shape (n, d)."""
     group_mass = xp.take(state.targets, state.rep)
     share = xp.where(group_mass > 0, masses / xp.where(group_mass > 0, group_mass, 1.0), 0.0)
-    return -2.0 * share[:, None] * xp.take(state.moments[:, 1:3], state.rep, axis=0)
+    return -2.0 * share[:, None] * xp.take(state.moments[:, 1:-1], state.rep, axis=0)
 
 
 def mass_gradient(xp, seeds, lo, hi, state):
@@ -58,33 +56,5 @@ def mass_gradient(xp, seeds, lo, hi, state):
     empty = ~xp.take(state.active, state.rep)
     own = xp.take(state.psi, state.rep)
     return _compat.cond(xp.any(empty),
-                        lambda: xp.where(empty, c_transform(xp, seeds, state.cells, state.psi), own),
+                        lambda: xp.where(empty, planar.c_transform(xp, seeds, state.cells, state.psi), own),
                         lambda: own)
-
-
-@_compat.jit_on_jax()
-def c_transform(xp, seeds, cells, psi):
-    """``min_x |x - y_i|^2 - phi(x)`` over the box for every Dirac i, shape (n,).
-
-    ``|x - y_i|^2 - phi(x)`` is linear on each cell, so the minimum is at a
-    vertex: ``O(n x vertices)`` work, in blocks of Diracs.
-    """
-    n, cap, _ = cells.vertices.shape
-    k = xp.arange(cap, dtype=xp.int64, device=aac.device(seeds))[None, :]
-    u = cells.vertices
-    phi = xp.where(k < cells.count[:, None], _compat.dot(u, u) - psi[:, None], -xp.inf)
-    points = xp.reshape(u + seeds[:, None, :], (n * cap, 2))
-    phi = xp.reshape(phi, (-1,))
-    block = max(1, min(n, int(2 ** 22 // max(n * cap, 1))))
-
-    def rows(start):
-        idx = xp.minimum(start + xp.arange(block, dtype=xp.int64, device=aac.device(seeds)), n - 1)
-        y = xp.take(seeds, idx, axis=0)
-        d = points[None, :, :] - y[:, None, :]
-        return idx, xp.min(_compat.dot(d, d) - phi[None, :], axis=1)
-
-    def body(b, out):
-        idx, value = rows(b * block)
-        return _compat.put_rows(xp, out, idx, value)
-    out = xp.zeros((n,), dtype=seeds.dtype, device=aac.device(seeds))
-    return _compat.fori_loop(0, -(-n // block), body, out)

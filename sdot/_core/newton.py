@@ -10,7 +10,7 @@ at least ``eps0 = min(min m, min G(psi_0)) / 2`` and
 not 1 but ``min(1, 4 t)`` of the last step's, ``min(1, 1.5 t)`` if the last step
 was damped (where steps must be damped they stay damped for a while), and at most
 ``hiding_margin`` times the ``t`` at which a seed is certainly hidden
-(:func:`.hiding.hiding_step`, from the fans of the current neighbours): every
+(:func:`.planar.hiding_step`, from the fans of the current neighbours): every
 rejected trial measured had an empty cell, and each costs a diagram. Measured on a
 Gaussian image at 1e5 (4 point sets): 11 to 13 steps and 14 to 20 diagrams, against
 12 to 14 steps and 21 to 25 diagrams by halving from ``min(1, 4 t)`` alone.
@@ -34,13 +34,12 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, geometry, hiding
+from . import _compat, planar
 from .options import DEFAULT, DIAGRAM
-from .polygons import offsets
 
 
 class Problem(NamedTuple):
-    """A semi-discrete problem in the computation namespace: the Diracs ``seeds`` (n, 2)
+    """A semi-discrete problem in the computation namespace: the Diracs ``seeds`` (n, d)
     and their ``masses`` (n,) against a ``density`` (a kind of :mod:`.density`, of the
     same total mass), whose box ``[lo, hi]`` is the domain of the cells."""
 
@@ -58,8 +57,8 @@ class Problem(NamedTuple):
 
 
 class Evaluation(NamedTuple):
-    """The diagram at some weights: ``cells``, per-cell ``moments`` (n, 4: mass,
-    first moments and second moment about the seed) and per-edge ``facet``
+    """The diagram at some weights: ``cells``, per-cell ``moments`` (n, d + 2: mass,
+    first moments and second moment about the seed) and per-facet-slot ``facet``
     integrals of the density (n, V)."""
 
     cells: object
@@ -98,9 +97,9 @@ def group_duplicates(xp, seeds, masses, weights=None):
     """
     n = seeds.shape[0]
     dev = aac.device(seeds)
-    o1 = xp.arange(n, dtype=xp.int64, device=dev) if weights is None else xp.argsort(-weights, stable=True)
-    o1 = xp.take(o1, xp.argsort(xp.take(seeds[:, 1], o1), stable=True))
-    perm = xp.take(o1, xp.argsort(xp.take(seeds[:, 0], o1), stable=True))
+    perm = xp.arange(n, dtype=xp.int64, device=dev) if weights is None else xp.argsort(-weights, stable=True)
+    for axis in reversed(range(seeds.shape[1])):        # lexicographic order of the positions
+        perm = xp.take(perm, xp.argsort(xp.take(seeds[:, axis], perm), stable=True))
     s = xp.take(seeds, perm, axis=0)
     same = xp.all(s[1:, :] == s[:-1, :], axis=1)
     start = xp.concat([xp.ones((1,), dtype=xp.bool, device=dev), ~same])
@@ -112,9 +111,9 @@ def group_duplicates(xp, seeds, masses, weights=None):
     return rep, active, xp.where(active, group_mass, 0.0)
 
 
-def evaluate(xp, prob, psi, active, candidates=None, capacity=geometry.CAPACITY, previous=None,
+def evaluate(xp, prob, psi, active, candidates=None, capacity=planar.CAPACITY, previous=None,
              trial=None, diagram=DIAGRAM):
-    """The :class:`Evaluation` at weights ``psi``: see :func:`geometry.power_cells` for
+    """The :class:`Evaluation` at weights ``psi``: see :func:`.planar.power_cells` for
     ``candidates``, ``capacity``, ``previous`` (cells at other weights) and ``diagram``
     (its ``options``).
 
@@ -122,24 +121,24 @@ def evaluate(xp, prob, psi, active, candidates=None, capacity=geometry.CAPACITY,
     :func:`_accept` rejects unless its cells are certified and none is empty. Eagerly,
     as soon as the update (or the rebuild) finds an active cell empty, the diagram is
     abandoned: uncertified cells, zero moments. (The damping's trials stay below the
-    ``t`` at which :func:`.hiding.hiding_step` proves a seed hidden.)
+    ``t`` at which :func:`.planar.hiding_step` proves a seed hidden.)
     """
     stop = trial is not None and _compat.host_any(xp, trial)
-    cells = geometry.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi, candidates, capacity,
-                                 previous=previous, stop_if_empty=stop, options=diagram)
+    cells = planar.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi, candidates, capacity,
+                               previous=previous, stop_if_empty=stop, options=diagram)
     if stop and _compat.host_any(xp, ~cells.certified):
-        return _without_integrals(xp, cells)
+        return _without_integrals(xp, cells, prob.seeds.shape[1])
     moments, facet = prob.density.integrals(xp, prob.seeds, cells)
     return Evaluation(cells, moments, facet)
 
 
-def _without_integrals(xp, cells):
+def _without_integrals(xp, cells, dim):
     """An :class:`Evaluation` of ``cells`` (uncertified: an abandoned trial, or a
-    placeholder) with zero integrals."""
+    placeholder) in dimension ``dim`` with zero integrals."""
     n, cap = cells.labels.shape
     dev = aac.device(cells.count)
     dtype = cells.vertices.dtype
-    return Evaluation(cells, xp.zeros((n, 4), dtype=dtype, device=dev), xp.zeros((n, cap), dtype=dtype, device=dev))
+    return Evaluation(cells, xp.zeros((n, dim + 2), dtype=dtype, device=dev), xp.zeros((n, cap), dtype=dtype, device=dev))
 
 
 def newton_direction(xp, prob, ev, active, rhs, regularisation, solver, rtol=None, fresh=None):
@@ -199,8 +198,7 @@ def _facet_entries(xp, seeds, cells, facet):
     slot = xp.nonzero(xp.reshape(is_facet, (-1,)))[0]
     rows = slot // cap
     cols = xp.take(xp.reshape(cells.labels, (-1,)), slot)
-    dx, dy = offsets(xp, seeds, rows, cols[:, None])
-    dist = xp.sqrt(dx[:, 0] * dx[:, 0] + dy[:, 0] * dy[:, 0])
+    dist = _distances(xp, seeds, rows, cols[:, None])[:, 0]
     return rows, cols, xp.take(xp.reshape(facet, (-1,)), slot) / (2.0 * dist)
 
 
@@ -212,9 +210,19 @@ def _facet_weights(xp, seeds, rows, labels, count, facet):
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(rows))[None, :]
     is_facet = (k < count[:, None]) & (labels >= 0)
     other = xp.where(is_facet, labels, rows[:, None])
-    dx, dy = offsets(xp, seeds, rows, other)
-    dist = xp.sqrt(dx * dx + dy * dy)
+    dist = _distances(xp, seeds, rows, other)
     return other, xp.where(is_facet, facet / (2.0 * xp.where(is_facet, dist, 1.0)), 0.0)
+
+
+def _distances(xp, seeds, rows, j):
+    """``|y_j - y_row|``, of ``j``'s shape ``(m, V)`` (``rows`` (m,)), in any dimension: one
+    gather per coordinate (NumPy gathers rows of a few coordinates several times slower)."""
+    square = None
+    for axis in range(seeds.shape[1]):
+        x = seeds[:, axis]
+        delta = _compat.flat_take(x, j) - xp.take(x, rows)[:, None]
+        square = delta * delta if square is None else square + delta * delta
+    return xp.sqrt(square)
 
 
 @_compat.jit_on_jax("regularisation")
@@ -283,7 +291,7 @@ def similarity_weights(xp, prob, options):
     return _compat.dot(y, y) - 2.0 * w
 
 
-def initial_weights(xp, prob, active, targets, options, capacity=geometry.CAPACITY):
+def initial_weights(xp, prob, active, targets, options, capacity=planar.CAPACITY):
     """The start: ``(psi, evaluation, width)``, the evaluation against the density blurred
     to ``width`` (0: the density itself).
 
@@ -343,7 +351,7 @@ class _Stage(NamedTuple):
     overflowed: object
 
 
-def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.CAPACITY,
+def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=planar.CAPACITY,
           min_step=2.0 ** -30, options=DEFAULT):
     """Damped Newton from :func:`initial_weights`, through the widths of
     :mod:`.continuation` if the start needs them. Returns a :class:`Solution`.
@@ -408,11 +416,11 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=geometry.
         stage_prob = at_width(st.width)
         _, norm0 = error(st.ev.moments, st.width)
         # the hiding step's fans, eagerly on NumPy on another core during the host's sparse solve
-        fans = _compat.in_background(lambda: hiding.fans(xp, prob.seeds, st.psi, active, st.ev.cells), st.psi)
+        fans = _compat.in_background(lambda: planar.fans(xp, prob.seeds, st.psi, active, st.ev.cells), st.psi)
         d = newton_direction(xp, prob, st.ev, active, goal(st.width) - st.ev.moments[:, 0], options.regularisation, solver,
                              _linear_rtol(xp, tol, norm0, options.forcing, spread),
                              fresh=st.it == 0)
-        hidden_at = hiding.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans)
+        hidden_at = planar.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans)
         t1 = xp.minimum(st.first, options.hiding_margin * hidden_at)
         # a failed linear solve gives a non-finite direction: no trial
         no = xp.asarray(False, device=dev)
@@ -526,7 +534,8 @@ def lifted(xp, prob, psi, ev, active, targets, options):
     ``options.lift_bisections`` bisections. Each round of a pass is one diagram.
     """
     n = xp.maximum(xp.sum(xp.astype(active, psi.dtype)), 1.0)
-    first = 1e-3 * xp.prod(prob.hi - prob.lo) / n
+    power = 2.0 / prob.seeds.shape[1]         # h^2 = (volume / n)^(2/d)
+    first = 1e-3 * xp.prod(prob.hi - prob.lo) ** power / n ** power
     cap = ev.cells.labels.shape[1]
     dev = aac.device(psi)
     yes, zero = xp.asarray(True, device=dev), xp.asarray(0, device=dev)

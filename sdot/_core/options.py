@@ -17,7 +17,7 @@ from ._compat.linalg import FactorPCGOptions, JacobiPCGOptions
 
 @dataclasses.dataclass(frozen=True)
 class DiagramOptions:
-    """Thresholds and sizes of the power diagrams (:func:`.geometry.power_cells`): the
+    """Thresholds and sizes of the power diagrams (:func:`.planar.power_cells`): the
     first candidates, the kinetic update, the repair, the agreement check and the tiles of
     the regular triangulation. They decide how the cells are found; the repair's area
     certificate decides what they are (within ``repair_rounds`` rounds)."""

@@ -12,12 +12,12 @@ same computation, bit for bit, and W2^2 changes by the exact factor.
 """
 from __future__ import annotations
 
-from . import _compat, geometry, newton
+from . import _compat, newton, planar
 from .gradients import GradientState
 from .options import DEFAULT
 
 
-def solve_plan(xp, prob, tol, max_iter, log=None, capacity=geometry.CAPACITY, options=DEFAULT):
+def solve_plan(xp, prob, tol, max_iter, log=None, capacity=planar.CAPACITY, options=DEFAULT):
     """Solve ``prob`` with the Newton ``options`` (a :class:`.options.NewtonOptions`); a
     dict of arrays (see :class:`sdot.OtPlan`), with the ``solution``, the ``active`` mask,
     the :class:`GradientState` ``state`` and ``overflow`` (a cell needed more than
@@ -37,7 +37,7 @@ def solve_plan(xp, prob, tol, max_iter, log=None, capacity=geometry.CAPACITY, op
 @_compat.jit_on_jax()
 def normalised(xp, prob):
     """``prob`` in coordinates centred on the domain and divided by its longest side L
-    (the density times L^2, so that masses are unchanged), and L."""
+    (the density times L^d, so that masses are unchanged), and L."""
     centre = 0.5 * (prob.lo + prob.hi)
     scale = xp.max(prob.hi - prob.lo)
     return prob._replace(seeds=(prob.seeds - centre) / scale, density=prob.density.normalised(centre, scale)), scale
@@ -48,7 +48,8 @@ def _in_units(xp, ev, scale):
     """An evaluation of :func:`normalised` coordinates in the problem's: vertices (relative
     to the seeds) times L, first moments times L, second moments times L^2, facet
     integrals divided by L."""
-    factors = xp.stack([xp.ones_like(scale), scale, scale, scale * scale])
+    first = [scale] * (ev.moments.shape[1] - 2)
+    factors = xp.stack([xp.ones_like(scale)] + first + [scale * scale])
     return ev._replace(cells=ev.cells._replace(vertices=ev.cells.vertices * scale),
                        moments=ev.moments * factors[None, :], facet=ev.facet / scale)
 
@@ -59,7 +60,7 @@ def _plan_arrays(xp, prob, mom, psi_opt, rep, active, targets):
     g = mom[:, 0]
     has_mass = g > 0
     safe = xp.where(has_mass, g, 1.0)
-    bary = seeds + xp.where(has_mass[:, None], mom[:, 1:3] / safe[:, None], 0.0)
+    bary = seeds + xp.where(has_mass[:, None], mom[:, 1:-1] / safe[:, None], 0.0)
     group_mass = xp.take(targets, rep)
     share = xp.where(group_mass > 0, masses / xp.where(group_mass > 0, group_mass, 1.0), 0.0)
     cell_masses = xp.take(g, rep) * share
@@ -73,7 +74,7 @@ def _plan_arrays(xp, prob, mom, psi_opt, rep, active, targets):
     psi = xp.where(lives, xp.take(centred, rep), psi_min - diam2)
     n_lives = xp.maximum(xp.sum(xp.astype(lives, psi.dtype)), 1.0)
     psi = psi - xp.sum(xp.where(lives, psi, 0.0)) / n_lives
-    distance = xp.asarray(xp.sum(xp.where(active, mom[:, 3], 0.0)))
+    distance = xp.asarray(xp.sum(xp.where(active, mom[:, -1], 0.0)))
     return dict(distance=distance, barycenters=barycenters, cell_masses=cell_masses,
                 brenier_potential=psi, psi=centred)
 

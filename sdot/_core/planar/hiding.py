@@ -1,9 +1,9 @@
 """The hiding step: the shortest Newton step length that certainly empties a cell.
 
 A trial beyond it is certainly rejected (a Dirac with an empty cell), so the damping
-starts below it (:mod:`.newton`). One pass over the cells of the current diagram, on
+starts below it (:mod:`..newton`). One pass over the cells of the current diagram, on
 every backend and under ``jax.jit``, in two parts: the fan triangles and their gaps
-(:func:`fans`, which do not depend on the Newton direction: :mod:`.newton` computes them
+(:func:`fans`, which do not depend on the Newton direction: :mod:`..newton` computes them
 while the direction is solved for on the host), then the ``t`` of each
 (:func:`hiding_step`).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from . import _compat
+from .. import _compat
 from .polygons import offsets
 
 
@@ -31,7 +31,7 @@ def hiding_step(xp, seeds, psi, d, active, cells, fans_at_psi=None):
     """The smallest ``t > 0`` at which a seed is certainly hidden (its cell empty) at
     weights ``psi + t d``, by a test on the neighbours in ``cells`` (the diagram at
     ``psi``), a 0-d array (``inf`` if none). ``fans_at_psi``: :func:`fans` of these
-    cells if computed already, or a handle of :func:`._compat.in_background` computing them.
+    cells if computed already, or a handle of :func:`.._compat.in_background` computing them.
 
     Seed i is hidden when its lifted point ``(y_i, |y_i|^2 - psi_i)`` lies above the
     plane of three other lifted seeds over a triangle that contains ``y_i`` (the lower

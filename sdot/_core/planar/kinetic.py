@@ -11,12 +11,12 @@ import math
 
 import array_api_compat as aac
 
-from . import _compat
+from .. import _compat
 
 from . import polygons as pg
 from .polygons import FAR, box_cells, clip_by, slots_for
 from .agreement import unmatched
-from .options import DIAGRAM
+from ..options import DIAGRAM
 from .repair import table
 
 
@@ -29,7 +29,7 @@ def update(xp, seeds, psi, active, lo, hi, previous, stop_if_empty=False, option
     from a flip) are the first cells the repair tests. Eagerly, when more than
     ``options.rebuild_share`` of the cells are invalid, the cells are rebuilt from
     the regular triangulation instead (:func:`rebuild`), if the host can compute it;
-    see there for ``stop_if_empty``. ``options``: a :class:`.options.DiagramOptions`.
+    see there for ``stop_if_empty``. ``options``: a :class:`..options.DiagramOptions`.
     """
     cells, ok, flipped = _updated(xp, seeds, psi, active, lo, hi, previous)
     if _compat.host_share(xp, ~ok) > options.rebuild_share:
@@ -42,7 +42,7 @@ def update(xp, seeds, psi, active, lo, hi, previous, stop_if_empty=False, option
 
 def rebuild(xp, seeds, psi, active, lo, hi, capacity: int, grow: bool = False,
             stop_if_empty: bool = False, options=DIAGRAM):
-    """Cells from the regular triangulation (:func:`._compat.regular_rings`), or None.
+    """Cells from the regular triangulation (:func:`.._compat.regular_rings`), or None.
 
     The ring of dual triangles around each seed gives its cell's combinatorics:
     :func:`_updated` computes the vertices, and the cells it finds invalid (those

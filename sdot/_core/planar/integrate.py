@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat
+from .. import _compat
 from .polygons import FAR, gather
 
 _GAUSS = (0.5 - 0.5 / math.sqrt(3.0), 0.5 + 0.5 / math.sqrt(3.0))
@@ -246,7 +246,7 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
     the density integrated along the edge ``(n, V)``.
 
     ``M_x = int (x - y_i) rho``, ``M_2 = int |x - y_i|^2 rho`` over the cell.
-    Eagerly in blocks of rows (:func:`._compat.blockwise`): the per-piece
+    Eagerly in blocks of rows (:func:`.._compat.blockwise`): the per-piece
     temporaries of all edges at once would dominate the memory of a solve. The prefix
     tables of the density are computed once, not per block.
     """

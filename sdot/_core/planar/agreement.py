@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from . import _compat
+from .. import _compat
 from . import polygons as pg
-from .options import DIAGRAM
+from ..options import DIAGRAM
 
 #: Keys are reduced modulo this prime to fit int32 (half the memory traffic of the
 #: gathers; the check of 93% of the cells 5.9 -> 5.3 ms at 1e4, 63.7 -> 56.7 ms at 1e5):

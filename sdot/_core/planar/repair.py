@@ -1,4 +1,4 @@
-"""Repair of clipped cells until the area certificate holds (see :mod:`.geometry`).
+"""Repair of clipped cells until the area certificate holds (see :mod:`.diagram`).
 
 Each vertex of cell i, where the edges of neighbours j and g meet, is tested
 against the neighbours of j and g (the local regularity test of the dual
@@ -14,10 +14,10 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat
+from .. import _compat
 
 from .agreement import unmatched
-from .options import DIAGRAM
+from ..options import DIAGRAM
 from .polygons import area_excess, clip_by, max_degree, neighbours
 from . import polygons as pg
 
@@ -32,7 +32,7 @@ class _RepairState(NamedTuple):
 
 def repair(xp, seeds, psi, active, lo, hi, cells, dirty, options=DIAGRAM):
     """Clip cells by their cutters until the area certificate holds, in at most
-    ``options.repair_rounds`` rounds (``options``: a :class:`.options.DiagramOptions`).
+    ``options.repair_rounds`` rounds (``options``: a :class:`..options.DiagramOptions`).
 
     ``cells`` must be the solver's own: eagerly they are written in place.
     Each round tests dirty cells (eagerly all of them, traced a block of
@@ -208,7 +208,7 @@ def exact_cutters(xp, seeds, psi, active, cells, rows):
     """For every vertex of the cells ``rows`` (m,), a seed that cuts it off, or -1: (m, V).
 
     Eagerly on the host, the candidates of cell i are its neighbours in the
-    regular triangulation (:func:`._compat.regular_neighbours`): the true cell is
+    regular triangulation (:func:`.._compat.regular_neighbours`): the true cell is
     the box cut by their half-planes, so a convex cell whose vertices none of them
     cuts is exact. Otherwise, and for hidden seeds, the seed of least power at
     the vertex: a nearest-neighbour query among lifted seeds (:func:`lifted`).

@@ -23,14 +23,17 @@ Cells are polygons of fixed capacity (:mod:`.polygons`). Shapes are static;
 eagerly the repairs only touch the cells that need them and a capacity
 overflow is retried with 1.5 times the capacity; under tracing ``overflow`` and
 ``certified`` report what could not be done.
+
+The c-transform of the weights (:func:`c_transform`, the mass gradient of a Dirac of
+zero mass) is a minimum over the cells' vertices.
 """
 from __future__ import annotations
 
 import array_api_compat as aac
 
-from . import _compat
+from .. import _compat
 from .kinetic import rebuild, update
-from .options import DIAGRAM
+from ..options import DIAGRAM
 from .polygons import CAPACITY, box_cells, clip_by, neighbours, slots_for
 from .repair import repair
 
@@ -41,7 +44,7 @@ def first_candidates(xp, seeds, k: int = DIAGRAM.first_candidates, active=None, 
     candidate, nothing to repair at zero weights; traced, through the host callback, the
     first ``k + 1`` of them: 400 Diracs on the sides of the square, whose 20 nearest lie on
     their own side, had cells no repair certified), and with ``psi`` those of the regular
-    triangulation (see :func:`._compat.delaunay_neighbours`); without a host, the ``k`` nearest
+    triangulation (see :func:`.._compat.delaunay_neighbours`); without a host, the ``k`` nearest
     seeds and the seed itself (all of them if there are no more). Traced or without a host,
     the inactive seeds (duplicates, zero masses) are moved out of the way first
     (:func:`_away`): 40 Diracs repeated 10 times had 9 of their 20 candidates on their own
@@ -95,7 +98,7 @@ def beyond_security(xp, seeds, psi, active, cells, nearest):
 def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int = CAPACITY,
                 previous=None, stop_if_empty: bool = False, options=DIAGRAM):
     """Cells of every seed, exact up to rounding (see the module docstring), found as the
-    :class:`.options.DiagramOptions` ``options`` say.
+    :class:`..options.DiagramOptions` ``options`` say.
 
     ``previous``: cells of the same seeds at other weights (the last Newton
     step): their combinatorics give the new vertices directly (:func:`update`).
@@ -142,3 +145,31 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
 def _grown(capacity: int) -> int:
     """The next capacity: 1.5 times, a multiple of 4 (every slot costs time and memory)."""
     return (3 * capacity // 2 + 3) // 4 * 4
+
+
+@_compat.jit_on_jax()
+def c_transform(xp, seeds, cells, psi):
+    """``min_x |x - y_i|^2 - phi(x)`` over the box for every Dirac i, shape (n,).
+
+    ``|x - y_i|^2 - phi(x)`` is linear on each cell, so the minimum is at a
+    vertex: ``O(n x vertices)`` work, in blocks of Diracs.
+    """
+    n, cap, _ = cells.vertices.shape
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(seeds))[None, :]
+    u = cells.vertices
+    phi = xp.where(k < cells.count[:, None], _compat.dot(u, u) - psi[:, None], -xp.inf)
+    points = xp.reshape(u + seeds[:, None, :], (n * cap, 2))
+    phi = xp.reshape(phi, (-1,))
+    block = max(1, min(n, int(2 ** 22 // max(n * cap, 1))))
+
+    def rows(start):
+        idx = xp.minimum(start + xp.arange(block, dtype=xp.int64, device=aac.device(seeds)), n - 1)
+        y = xp.take(seeds, idx, axis=0)
+        d = points[None, :, :] - y[:, None, :]
+        return idx, xp.min(_compat.dot(d, d) - phi[None, :], axis=1)
+
+    def body(b, out):
+        idx, value = rows(b * block)
+        return _compat.put_rows(xp, out, idx, value)
+    out = xp.zeros((n,), dtype=seeds.dtype, device=aac.device(seeds))
+    return _compat.fori_loop(0, -(-n // block), body, out)

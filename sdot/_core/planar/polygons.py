@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat
+from .. import _compat
 
 #: Vertex capacity per cell (grown eagerly on overflow).
 CAPACITY = 16
@@ -309,7 +309,7 @@ def take_columns(xp, cells, capacity: int):
 
 def put_rows(xp, cells, rows, sub):
     """``cells`` with the rows ``rows`` replaced by ``sub``, in place where the framework
-    allows it (NumPy, torch; :func:`._compat.put_rows`): only for cells whose arrays
+    allows it (NumPy, torch; :func:`.._compat.put_rows`): only for cells whose arrays
     nothing else holds."""
     return cells._replace(**{f: _compat.put_rows(xp, getattr(cells, f), rows, getattr(sub, f))
                              for f in ("vertices", "labels", "count", "overflow")})
@@ -352,7 +352,7 @@ def neighbour_mask(xp, labels, count, n: int, rows_in=None):
 def neighbour_cells(xp, cells, labels, count):
     """Eagerly, the neighbours of the cells ``(labels, count)`` (rows of some of ``cells``):
     ``(near, found, needed)``, their :class:`Cells` (``labels`` and ``count`` only), their
-    indices (at least one, see :func:`._compat.true_entries`) and their mask (n,)."""
+    indices (at least one, see :func:`.._compat.true_entries`) and their mask (n,)."""
     needed = neighbour_mask(xp, labels, count, cells.count.shape[0])
     found, _ = _compat.true_entries(xp, needed)
     return Cells(None, xp.take(cells.labels, found, axis=0), xp.take(cells.count, found), None, None), found, needed
