@@ -10,10 +10,9 @@ at least ``eps0 = min(min m, min G(psi_0)) / 2`` and
 not 1 but ``min(1, 4 t)`` of the last step's, ``min(1, 1.5 t)`` if the last step
 was damped (where steps must be damped they stay damped for a while), and at most
 ``hiding_margin`` times the ``t`` at which a seed is certainly hidden
-(:func:`.planar.hiding_step`, from the fans of the current neighbours): every
-rejected trial measured had an empty cell, and each costs a diagram. Measured on a
-Gaussian image at 1e5 (4 point sets): 11 to 13 steps and 14 to 20 diagrams, against
-12 to 14 steps and 21 to 25 diagrams by halving from ``min(1, 4 t)`` alone.
+(:func:`.planar.hiding_step`, from the fans of the current neighbours): trials beyond
+it are rejected for an empty cell, and each costs a diagram (bench/LOG.md has the
+measurements behind these rules).
 
 Exact duplicates are merged (one active representative carries the group's
 mass) and zero-mass Diracs are inactive, so every active cell has a positive
@@ -586,15 +585,10 @@ def _linear_rtol(xp, tol, norm, forcing, spread=1.0):
     ``|r| <= 0.1 tol`` (``|rhs|`` is the Euclidean ``norm`` of the mass error) keeps it a
     tenth of the tolerance; further from the solution the looser ``forcing`` is
     enough: the next error is then about ``C |rhs|^2 + forcing |rhs|`` (undamped) or
-    ``(1 - t + t forcing) |rhs|``. Measured at 1e5 seeds (box and Gaussian image, tolerance
-    1e-8): the same Newton steps and residuals as with a relative residual of 1e-5 to
-    1e-7, in 42 and 146 conjugate gradient iterations instead of 73 and 159 with
-    ``forcing`` 1e-3. ``forcing`` 1e-2 (the default): box 1e5 the same 5 steps in 31 iterations
-    instead of 43; Gaussian 1e5 11, 11, 11, 11 steps on 4 point sets instead of 12, 11, 13, 13
-    (14 to 16 diagrams instead of 15 to 21); Gaussian 1e4 38 steps on 6 sets instead of 37.
-    ``spread``, the smallest target over the largest: an L2 residual does not see the cells
-    of the smallest targets (30 Diracs of masses over six decades on an annulus stalled
-    with ``forcing`` alone), so the forcing term is scaled by it.
+    ``(1 - t + t forcing) |rhs|`` (at 1e5 seeds, the same steps in fewer conjugate gradient
+    iterations than tighter solves). ``spread``, the smallest target over the largest: an
+    L2 residual does not see the cells of the smallest targets, so the forcing term is
+    scaled by it.
     """
     return xp.maximum(0.1 * tol / xp.where(norm > 0, norm, 1.0), forcing * spread)
 
