@@ -12,12 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import array_api_compat as aac
 import numpy as np
 
-#: The thread that runs the host functions of traced code (scipy's Qhull, cKDTree, SuperLU).
-#: XLA calls ``jax.pure_callback`` functions on its worker threads, which flush denormal
-#: numbers to zero (and threads they start inherit that mode): there scipy's cKDTree build
-#: on 400 points on the sides of a square recursed until the thread's stack overflowed
-#: (a segfault). This thread is started here, at import, so it has the process's default
-#: floating-point environment and stack.
+#: The thread that runs the host functions of traced code (Qhull, cKDTree, SuperLU), started
+#: at import with the process's floating-point environment and stack: XLA's worker threads
+#: flush denormals to zero, and there cKDTree recursed until its stack overflowed (segfault).
 _HOST_THREAD = ThreadPoolExecutor(1, thread_name_prefix="sdot-host")
 _HOST_THREAD.submit(int).result()
 
