@@ -11,7 +11,7 @@ import array_api_compat as aac
 import numpy as np
 
 from . import _autodiff, _driver
-from ._core import gradients, newton, plan, planar
+from ._core import _compat, gradients, newton, plan, planar
 from ._core.density import PixelDensity
 from ._core.options import DEFAULT as NEWTON_OPTIONS
 from ._grids import PolynomialGrid
@@ -269,10 +269,11 @@ def _solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
     cut from the autodiff graph, then attach the analytic gradients."""
     cut = newton.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
                          PixelDensity(*(_autodiff.detach(a) for a in prob.density)))
-    if aac.is_jax_namespace(xp):
+    if aac.is_jax_namespace(xp) or _compat.static_shapes(cut.seeds):
+        solve = _jax_solve_plan() if aac.is_jax_namespace(xp) else functools.partial(plan.solve_plan, xp)
         capacity = planar.CAPACITY
-        while True:   # eagerly, a vertex-capacity overflow is retried; traced, it gives nan
-            res = _jax_solve_plan()(cut, tol=tol, max_iter=max_iter, log=log, capacity=capacity, options=options)
+        while True:   # with static shapes, a vertex-capacity overflow is retried (traced, it gives nan)
+            res = solve(cut, tol=tol, max_iter=max_iter, log=log, capacity=capacity, options=options)
             if _driver.is_tracer(res["overflow"]) or not bool(res["overflow"]) or capacity >= 1024:
                 break
             capacity *= 2
