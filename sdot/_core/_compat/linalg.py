@@ -103,7 +103,7 @@ class FactorPCG:
 
     def __init__(self, options: FactorPCGOptions = FactorPCGOptions()):
         self.options = options
-        self.cache = sparse_lu.FactorCache(options)
+        self.cache = sparse_lu.FactorCache(options, _numpy_conjugate_gradient)
 
     def solve(self, xp, rows, cols, weights, diag, rhs, rtol=None, points=None, fresh=None):
         rtol = _rtol(xp, rtol, self.options.rtol, rhs)
@@ -114,6 +114,14 @@ class FactorPCG:
         out = host_callback(xp, lambda *a: sparse_lu.solve_laplacian(cache, *a), tuple(rhs.shape),
                             _numpy_dtype(rhs), *args)
         return _solve_cg(xp, rows, cols, weights, diag, rhs, rtol) if out is None else out
+
+
+def _numpy_conjugate_gradient(matvec, precondition, rhs, rtol, max_iter):
+    """:func:`conjugate_gradient` on the host's NumPy arrays (the preconditioned solves of
+    :class:`..host.sparse_lu.FactorCache`)."""
+    import array_api_compat.numpy as npx
+
+    return conjugate_gradient(npx, matvec, precondition, rhs, rtol, max_iter)
 
 
 def _rtol(xp, rtol, default, rhs):

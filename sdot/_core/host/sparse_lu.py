@@ -66,8 +66,8 @@ class FactorCache:
     they would not precondition.
     """
 
-    def __init__(self, options):
-        self.options = options
+    def __init__(self, options, cg):
+        self.options, self.cg = options, cg
         self.lu, self.diag, self.aged, self.factorisations, self.reuses = None, None, 0, 0, 0
         self.iterations = 0
         self.single = False             # the factors are FP32
@@ -105,7 +105,7 @@ class FactorCache:
 
     def _pcg(self, mat, b, precondition, rtol):
         """:func:`pcg` within ``options.max_iterations``, its iterations counted."""
-        x, iterations = pcg(mat, b, precondition, rtol, self.options.max_iterations)
+        x, iterations = pcg(mat, b, precondition, rtol, self.options.max_iterations, self.cg)
         self.iterations += iterations
         return x, iterations
 
@@ -191,31 +191,13 @@ def preconditioner(lu, single):
     return solve
 
 
-def pcg(mat, b, precondition, rtol, max_iter):
-    """Host conjugate gradient on the scipy matrix ``mat``: ``(x, iterations)``, x None
-    unless the true residual ``|b - mat x|`` is within ``rtol |b|``.
+def pcg(mat, b, precondition, rtol, max_iter, cg):
+    """The conjugate gradient ``cg(matvec, precondition, rhs, rtol, max_iter) -> (x,
+    iterations)`` (``_compat``'s, on NumPy) on the scipy matrix ``mat``: ``(x, iterations)``,
+    x None unless the true residual ``|b - mat x|`` is within ``rtol |b|``.
 
     Old factors may precondition this matrix badly: the iteration may then diverge or
     break down (NaN), and the check sends the caller to a new factorisation."""
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        x, it = _conjugate_gradient(mat.__matmul__, precondition, b, rtol, max_iter)
+        x, it = cg(mat.__matmul__, precondition, b, rtol, max_iter)
     return (x if np.linalg.norm(b - mat @ x) <= rtol * np.linalg.norm(b) else None), int(it)
-
-
-def _conjugate_gradient(matvec, precondition, rhs, rtol, max_iter):
-    """``_compat.conjugate_gradient`` in NumPy, operation for operation (the same iterates):
-    from 0 until ``|r| <= rtol |rhs|`` or ``max_iter`` iterations, ``(x, iterations)``."""
-    x = np.zeros_like(rhs)
-    z = precondition(rhs)
-    target = rtol * np.sqrt(np.sum(rhs * rhs))
-    r, p, rz, it = rhs, z, np.sum(rhs * z), np.asarray(0)
-    while bool(np.logical_and(np.sqrt(np.sum(r * r)) > target, it < max_iter)):
-        ap = matvec(p)
-        alpha = rz / np.sum(p * ap)
-        x = x + alpha * p
-        r = r - alpha * ap
-        z = precondition(r)
-        rz_new = np.sum(r * z)
-        p = z + (rz_new / rz) * p
-        rz, it = rz_new, it + 1
-    return x, it
