@@ -1,12 +1,13 @@
 """Eager NumPy and torch run the row-wise kernels (clipping, kinetic update, flip
 pairs, local cutters, areas, integrals, Newton matrix, hiding step) in blocks of
-``_compat.control.settings().block`` rows, to bound their memory: each must give the
+``host.threads.settings().block`` rows, to bound their memory: each must give the
 same result whatever the block size. (A whole solve would not show a wrong block: the
 repair heals the cells.)"""
 import numpy as np
 import pytest
 
 from sdot._core import _compat, newton, options, planar
+from sdot._core.host import threads as host_threads
 from sdot._core.planar import hiding, integrate, kinetic, polygons, repair
 
 
@@ -49,7 +50,7 @@ def test_blocked_kernels_match_whole(name):
     whole = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
     assert whole["flipped"].any() and not whole["ok"].all() and (whole["cutters"] >= 0).any()
     assert np.isfinite(whole["hiding"]) and (whole["weights"] > 0).any()
-    with _compat.control.host_settings(block=41, min_block=1):     # 8 blocks of 38 rows, the last one 34
+    with host_threads.host_settings(block=41, min_block=1):     # 8 blocks of 38 rows, the last one 34
         blocked = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
     for k in whole:
         np.testing.assert_array_equal(blocked[k], whole[k], err_msg=k)
@@ -66,10 +67,10 @@ def test_narrow_pass_matches_all_slots(name, monkeypatch):
     calls = []
     slotwise = _compat.slotwise
     monkeypatch.setattr(_compat, "slotwise", lambda xp, fn, count, *a: calls.append(
-        int(b.xp.sum(count > _compat.control.settings().narrow))) or slotwise(xp, fn, count, *a))
+        int(b.xp.sum(count > host_threads.settings().narrow))) or slotwise(xp, fn, count, *a))
     narrow = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
     assert len(calls) >= 6 and 0 < max(calls) < 30            # both passes ran
-    with _compat.control.host_settings(narrow=64):              # every cell fits: one pass on all slots
+    with host_threads.host_settings(narrow=64):              # every cell fits: one pass on all slots
         whole = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
     for k in whole:
         np.testing.assert_array_equal(narrow[k], whole[k], err_msg=k)
@@ -80,7 +81,7 @@ def test_a_kernel_on_no_rows_runs_once(threads):
     """No rows (an empty selection of cells to repair): the kernel runs once on them
     (a division by zero blocks before)."""
     calls = []
-    with _compat.control.host_settings(threads=threads):
+    with host_threads.host_settings(threads=threads):
         out = _compat.blockwise(np, lambda a: calls.append(a.shape) or 2 * a, np.zeros((0, 3)))
     assert out.shape == (0, 3) and calls == [(0, 3)]
 
@@ -91,19 +92,18 @@ def test_blocks_share_the_rows_evenly_between_threads(n, threads):
     """At most ``block`` rows per block and at least ``min_block`` unless one block holds
     all; with rows for every thread, a multiple of ``threads`` blocks of equal size (the
     last one short by less than a row per block)."""
-    control = _compat.control
-    size = control._block_rows(n, threads)
+    size = host_threads.block_rows(n, threads)
     blocks = -(-n // size)
-    assert size <= control.settings().block or blocks == 1
-    assert size >= control.settings().min_block or blocks == 1
-    if n >= threads * control.settings().min_block:
+    assert size <= host_threads.settings().block or blocks == 1
+    assert size >= host_threads.settings().min_block or blocks == 1
+    if n >= threads * host_threads.settings().min_block:
         assert blocks % threads == 0
         assert n - (blocks - 1) * size > size - blocks
 
 
 def test_ten_thousand_rows_use_both_threads():
     """The case this rule is for: a 1e4-seed solve's kernels ran as one block on one core."""
-    assert _compat.control._block_rows(10000, 2) == 5000
+    assert host_threads.block_rows(10000, 2) == 5000
 
 
 def test_per_seed_and_per_pixel_data_are_computed_once_not_per_block(monkeypatch):
@@ -124,7 +124,7 @@ def test_per_seed_and_per_pixel_data_are_computed_once_not_per_block(monkeypatch
         return wrapper
     monkeypatch.setattr(repair, "_planes", counted(repair._planes, "planes"))
     monkeypatch.setattr(integrate, "prefix_tables", counted(integrate.prefix_tables, "tables"))
-    with _compat.control.host_settings(block=41, min_block=1):     # 8 blocks
+    with host_threads.host_settings(block=41, min_block=1):     # 8 blocks
         kernels(xp, Backend("numpy"))                              # one call of each
     assert calls == {"planes": 1, "tables": 1}
 
@@ -147,7 +147,7 @@ def test_background_work_runs_on_a_thread_of_its_own_on_numpy(name):
         return 2 * a
     for threads in (2, 1):
         seen.clear()
-        with _compat.control.host_settings(threads=threads):
+        with host_threads.host_settings(threads=threads):
             handle = _compat.in_background(lambda: _compat.blockwise(b.xp, double, x), x)
             out = _compat.background_result(handle)
         np.testing.assert_array_equal(b.to_numpy(out), 2 * b.to_numpy(x))
@@ -173,12 +173,12 @@ def test_the_solve_computes_the_hiding_fans_during_the_linear_solve(sdot_driver,
     monkeypatch.setattr(planar, "fans", lambda *a: names.append(threading.current_thread().name) or fans(*a))
     rng = np.random.default_rng(2)
     x = rng.random((3000, 2))
-    with _compat.control.host_settings(threads=2):
+    with host_threads.host_settings(threads=2):
         plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(np.ones((4, 4))), tol=1e-9)
     assert len(names) == int(plan.iterations) >= 3
     assert all(n.startswith("sdot-background") for n in names)
     names.clear()
-    with _compat.control.host_settings(threads=1):
+    with host_threads.host_settings(threads=1):
         alone = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(np.ones((4, 4))), tol=1e-9)
     assert names and not any(n.startswith("sdot-background") for n in names)
     assert int(alone.iterations) == int(plan.iterations)

@@ -1,7 +1,7 @@
 """Row-selection primitives of ``_compat`` on every backend, against their meaning
 written out in NumPy (each backend takes its own code path: NumPy and torch the indices
 of the true entries, JAX, whose sorts are slow on the CPU, prefix sums and a scatter,
-array_api_strict a stable argsort)."""
+array_api_strict a stable argsort); the namespaces; the rule of the host package."""
 import numpy as np
 import pytest
 
@@ -203,3 +203,26 @@ def test_direct_namespaces_change_no_result(sdot_driver, monkeypatch, framework)
     assert type(_compat.namespace(np.zeros(2))).__name__ == "module"
     for a, b in zip(direct, solve()):
         np.testing.assert_array_equal(a, b)
+
+
+def test_host_modules_import_only_the_standard_library_numpy_and_scipy():
+    """The rule of ``sdot._core.host``: its modules import the standard library, numpy,
+    scipy and each other, never a framework (array_api_compat, torch, jax); ``_compat``
+    reaches the host through them."""
+    import ast
+    import sys
+    from pathlib import Path
+
+    import sdot._core.host as host
+
+    allowed = set(sys.stdlib_module_names) | {"numpy", "scipy"}
+    for path in Path(host.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                assert not isinstance(node, ast.ImportFrom) or node.level == 1, path.name    # within host
+                continue
+            assert all(name.split(".")[0] in allowed for name in names), (path.name, names)

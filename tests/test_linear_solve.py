@@ -8,6 +8,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import spsolve
 
 from sdot._core._compat import linalg
+from sdot._core.host import sparse_lu
 
 FACTORS = linalg.FactorPCGOptions()
 
@@ -74,7 +75,7 @@ def test_factors_of_another_problem_are_not_tried(monkeypatch):
 
     solver = FACTORS.solver()
     tried = []
-    monkeypatch.setattr(linalg, "_pcg", lambda *args: tried.append(len(tried)) or (None, 0))
+    monkeypatch.setattr(sparse_lu, "pcg", lambda *args: tried.append(len(tried)) or (None, 0))
     rng = np.random.default_rng(5)
     rows, cols, w, _ = laplacian(rng, 400, 0.0)
     b = rng.standard_normal(400)
@@ -94,9 +95,9 @@ def test_pcg_reports_failure(jitter):
     rng = np.random.default_rng(1)
     mat = dense(*laplacian(rng, 300, jitter))
     b = rng.standard_normal(300)
-    x, _ = linalg._pcg(mat, b, lambda r: r, 1e-12, 3)
+    x, _ = sparse_lu.pcg(mat, b, lambda r: r, 1e-12, 3, linalg._numpy_conjugate_gradient)
     assert x is None
-    x, it = linalg._pcg(mat, b, lambda r: r, 1e-10, 2000)
+    x, it = sparse_lu.pcg(mat, b, lambda r: r, 1e-10, 2000, linalg._numpy_conjugate_gradient)
     assert it < 2000 and np.linalg.norm(mat @ x - b) <= 1e-10 * np.linalg.norm(b)
 
 
@@ -139,8 +140,8 @@ def test_newton_solves_to_a_tenth_of_the_tolerance_or_the_forcing_term():
 
 
 @pytest.mark.parametrize("sort", [False, True])
-def test_host_matrix_equals_the_assembled_sum(sort):
-    """``_host_matrix`` (sorted rows: no sort; else a stable sort) equals ``D - W``
+def test_laplacian_matrix_equals_the_assembled_sum(sort):
+    """``laplacian_matrix`` (sorted rows: no sort; else a stable sort) equals ``D - W``
     assembled by scipy, with repeated entries summed and zero weights dropped."""
     rng = np.random.default_rng(3)
     n = 60
@@ -148,7 +149,7 @@ def test_host_matrix_equals_the_assembled_sum(sort):
     rows = np.sort(rows) if sort else rows
     w = rng.random(500) * (rng.random(500) > 0.3)
     diag = rng.random(n) + 1.0
-    mat = linalg._host_matrix(rows, cols, w, diag)
+    mat = sparse_lu.laplacian_matrix(rows, cols, w, diag)
     assert mat.nnz == n + np.count_nonzero(w)
     np.testing.assert_allclose(mat.toarray(), dense(rows, cols, w, diag).toarray(), rtol=0, atol=1e-15)
 
@@ -163,7 +164,7 @@ def _solve_repeatedly(monkeypatch, solves, iterations):
     b = rng.standard_normal(400)
     exact = spsolve(dense(rows, cols, w, diag).tocsc(), b)
     reported = iter(iterations)
-    monkeypatch.setattr(linalg, "_pcg", lambda mat, b, precondition, rtol, max_iter: (
+    monkeypatch.setattr(sparse_lu, "pcg", lambda mat, b, precondition, rtol, max_iter, cg: (
         precondition(b), next(reported)))
     solver = FACTORS.solver()
     for _ in range(solves):
@@ -309,7 +310,7 @@ def test_fp32_factors_that_do_not_converge_are_replaced_by_fp64(monkeypatch):
     import array_api_compat.numpy as xp
 
     solver = dataclasses.replace(FACTORS, fp32_factors_from=0).solver()
-    monkeypatch.setattr(linalg, "_pcg", lambda mat, b, precondition, rtol, max_iter: (None, max_iter))
+    monkeypatch.setattr(sparse_lu, "pcg", lambda mat, b, precondition, rtol, max_iter, cg: (None, max_iter))
     rng = np.random.default_rng(9)
     rows, cols, w, diag = laplacian(rng, 300, 1.0)
     b = rng.standard_normal(300)

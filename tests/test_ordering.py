@@ -10,7 +10,8 @@ from scipy.sparse.linalg import spsolve, splu
 from scipy.spatial import Delaunay
 
 from sdot._core._compat import linalg
-from sdot._core._compat.ordering import nested_dissection
+from sdot._core.host import sparse_lu
+from sdot._core.host.ordering import nested_dissection
 
 FACTORS = linalg.FactorPCGOptions()
 
@@ -36,7 +37,7 @@ def off_diagonal(mat):
 
 def fill(mat, order):
     """nnz(L + U) / n of SuperLU's factors of ``mat[order][:, order]``, in that order."""
-    lu = splu(linalg._reordered(mat, order).tocsc(), permc_spec="NATURAL", diag_pivot_thresh=0.0,
+    lu = splu(sparse_lu.reordered(mat, order).tocsc(), permc_spec="NATURAL", diag_pivot_thresh=0.0,
               options=dict(SymmetricMode=True))
     return lu.nnz / mat.shape[0]
 
@@ -88,7 +89,7 @@ def test_reordered_factors_solve_and_precondition_the_matrix(single):
         exact = spsolve(mat.tocsc(), b)
         assert np.linalg.norm(x - exact) <= 1e-8 * np.linalg.norm(exact)
     cache = solver.cache
-    assert isinstance(cache.lu, linalg._Reordered) and cache.single == single
+    assert isinstance(cache.lu, sparse_lu.ReorderedFactors) and cache.single == single
     assert (cache.factorisations, cache.reuses) == (1, 1)
 
 
@@ -110,7 +111,7 @@ def test_solve_with_points_on_every_backend(backend):
     x = backend.to_numpy(backend.run(run, *args))
     assert np.linalg.norm(b - mat @ x) <= solver.options.rtol * np.linalg.norm(b) * (1 + 1e-6)
     host = backend.name != "array_api_strict"           # elsewhere: Jacobi conjugate gradient
-    assert isinstance(solver.cache.lu, linalg._Reordered) == host
+    assert isinstance(solver.cache.lu, sparse_lu.ReorderedFactors) == host
 
 
 def test_solver_orders_its_newton_matrices_by_the_seeds(eager_backend, monkeypatch):
@@ -123,11 +124,11 @@ def test_solver_orders_its_newton_matrices_by_the_seeds(eager_backend, monkeypat
 
     import sdot
     from sdot._core import options
-    from sdot._core._compat import ordering
+    from sdot._core.host import ordering
 
     data = Path(__file__).parent / "data"
     sizes = []
-    monkeypatch.setattr(linalg, "nested_dissection",
+    monkeypatch.setattr(sparse_lu, "nested_dissection",
                         lambda points, *args: sizes.append(points.shape) or ordering.nested_dissection(points, *args))
     b = eager_backend
     nested = dataclasses.replace(options.DEFAULT, linear=dataclasses.replace(options.DEFAULT.linear,

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sdot._core import _compat, planar
+from sdot._core.host import threads as host_threads
 from sdot._core.planar import hiding, kinetic
 from sdot._core.options import DEFAULT, DIAGRAM
 from test_power_diagram import reference_cell
@@ -180,25 +181,26 @@ def test_rings_in_tiles_are_the_whole_rings_away_from_the_hull(monkeypatch, n, s
     box's sides, half of them on the hull); the same
     seeds are hidden (weights of random sign: 1433 of 20000 at 1e-5), also when the
     tiles stop at a hidden seed; each active point is its own in one tile."""
-    from sdot._core._compat import triangulation
+    from sdot._core.host import triangulation
 
     rng = np.random.default_rng(0)
     seeds, psi, active = rng.random((n, 2)), spread * rng.standard_normal(n), rng.random(n) > 0.05
-    rings_of = triangulation._rings_of
+    rings_of = triangulation.rings
     whole = rings_of(seeds, psi, active)
     tiles = []
-    monkeypatch.setattr(triangulation, "_rings_of", lambda p, w, act, stop: tiles.append(act.sum()) or rings_of(
+    monkeypatch.setattr(triangulation, "rings", lambda p, w, act, stop: tiles.append(act.sum()) or rings_of(
         p, w, act, stop))
-    tiled = triangulation._rings(seeds, psi, active, tile_points=n // 6)
+    tiled = triangulation.tiled_rings(seeds, psi, active, tile_points=n // 6)
     assert len(tiles) >= 6 and max(tiles) < 0.5 * active.sum()       # proper tiles
-    owners = sum(np.bincount(members[own], minlength=n) for members, own in triangulation._tiles(seeds, active, 6))
+    owners = sum(np.bincount(members[own], minlength=n)
+                 for members, own in triangulation.overlapping_tiles(seeds, active, 6))
     assert np.array_equal(owners, active.astype(int))
     assert spread == 0 or np.any(active & (whole[1] == 0))
     width = max(whole[0].shape[1], tiled[0].shape[1])
     differ = np.any(_padded(whole[0], width) != _padded(tiled[0], width), axis=1) | (
         whole[1] != tiled[1]) | (whole[2] != tiled[2])
     assert np.array_equal(active & (whole[1] == 0), active & (tiled[1] == 0))
-    stopped = triangulation._rings(seeds, psi, active, True, tile_points=n // 6)   # a trial: the hidden ones only
+    stopped = triangulation.tiled_rings(seeds, psi, active, True, tile_points=n // 6)   # a trial: the hidden ones only
     assert np.array_equal(active & (whole[1] == 0), active & (stopped[1] == 0))
     assert differ.sum() <= 0.005 * n
     spacing = 1.0 / np.sqrt(n)
@@ -210,17 +212,17 @@ def test_rings_take_a_tile_per_thread_from_enough_points(monkeypatch, n, in_tile
     """Qhull releases the GIL: from TILED_FROM active points the rings are triangulated in
     at least one tile per thread (here 3), below in one piece; each point's ring is the
     whole triangulation's away from the hull."""
-    from sdot._core._compat import triangulation
+    from sdot._core.host import triangulation
 
     seeds = np.random.default_rng(1).random((n, 2))
     active = np.ones(n, bool)
-    whole = triangulation._rings_of(seeds, np.zeros(n), active)
+    whole = triangulation.rings(seeds, np.zeros(n), active)
     sizes = []
-    rings_of = triangulation._rings_of
-    monkeypatch.setattr(triangulation, "_rings_of", lambda p, w, act, stop: sizes.append(act.sum()) or rings_of(
+    rings_of = triangulation.rings
+    monkeypatch.setattr(triangulation, "rings", lambda p, w, act, stop: sizes.append(act.sum()) or rings_of(
         p, w, act, stop))
-    with _compat.control.host_settings(threads=3):
-        tiled = triangulation._rings(seeds, np.zeros(n), active, tile_points=DIAGRAM.tile_points)
+    with host_threads.host_settings(threads=3):
+        tiled = triangulation.tiled_rings(seeds, np.zeros(n), active, tile_points=DIAGRAM.tile_points)
     assert (len(sizes) >= 3 and max(sizes) < 0.5 * n) if in_tiles else sizes == [n]
     width = max(whole[0].shape[1], tiled[0].shape[1])
     differ = np.any(_padded(whole[0], width) != _padded(tiled[0], width), axis=1)
@@ -238,12 +240,12 @@ def test_solver_with_rings_in_tiles(eager_backend, monkeypatch, case):
     without a host, by clipping, with no triangulation)."""
     import sdot
     from conftest import solve_with
-    from sdot._core._compat import triangulation
+    from sdot._core.host import triangulation
     from test_solver import REF_BOX_1E3, REF_GAUSS_1E3, load
 
     tiles = []
-    rings_of = triangulation._rings_of
-    monkeypatch.setattr(triangulation, "_rings_of", lambda *args: tiles.append(1) or rings_of(*args))
+    rings_of = triangulation.rings
+    monkeypatch.setattr(triangulation, "rings", lambda *args: tiles.append(1) or rings_of(*args))
     values, ref = {"box": (np.ones((1, 1)), REF_BOX_1E3), "gauss": (load("image_gauss64.npy"), REF_GAUSS_1E3)}[case]
     in_tiles = dataclasses.replace(DEFAULT, diagram=dataclasses.replace(DIAGRAM, tile_points=200))
     b = eager_backend

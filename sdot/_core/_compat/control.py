@@ -1,13 +1,13 @@
-"""Control flow that traces under JAX: loops, conditionals, jitted kernels, blocks."""
-from __future__ import annotations
+"""Control flow that traces under JAX: loops, conditionals, jitted kernels, blocks.
 
-import contextlib
-import dataclasses
-import os
-import threading
+The blocks run on the host's threads with the process's settings (``settings()`` below:
+:func:`..host.threads.settings`).
+"""
+from __future__ import annotations
 
 import array_api_compat as aac
 
+from ..host import threads as host_threads
 from .host import is_traced
 
 
@@ -81,56 +81,6 @@ def jit_on_jax(*static_argnames):
     return wrap
 
 
-def _threads_from_environment() -> int:
-    return max(1, int(os.environ.get("SDOT_NUM_THREADS", min(os.cpu_count() or 1, 8))))
-
-
-@dataclasses.dataclass(frozen=True)
-class HostSettings:
-    """How the eager NumPy and torch kernels run: in blocks of rows, on threads.
-
-    Settings of the process, not options of a solve: every kernel of the core runs through
-    :func:`blockwise` or :func:`slotwise`, and each gives the same result whatever the
-    blocks and slots (the tests compare them). The threads also set the fewest tiles of the
-    host's regular triangulation (:func:`.triangulation.regular_rings`): results may differ
-    in the last bits from one thread count to another. Read by :func:`settings`; changed for
-    a ``with`` block by :func:`host_settings`.
-    """
-
-    #: Threads running the blocks of NumPy kernels (NumPy releases the GIL in its loops;
-    #: torch runs its own threads): ``SDOT_NUM_THREADS``, default the cores, at most 8.
-    threads: int = dataclasses.field(default_factory=_threads_from_environment)
-    #: Rows per block of the eager kernels: their temporaries stay in the CPU caches.
-    block: int = 16384
-    #: Fewest rows per block worth a thread.
-    min_block: int = 2048
-    #: Vertex slots of the narrow pass of :func:`slotwise` (98% of the cells of uniform
-    #: seeds have at most 8 vertices, all but 0.03% at most 10).
-    narrow: int = 8
-
-
-_settings = [HostSettings()]
-_pool = []
-_background = []
-_in_block = threading.local()
-
-
-def settings() -> HostSettings:
-    """The :class:`HostSettings` in force."""
-    return _settings[-1]
-
-
-@contextlib.contextmanager
-def host_settings(**changes):
-    """Within the ``with`` block, the :class:`HostSettings` with the fields ``changes``
-    (for the whole process: tests and benchmarks, not concurrent solves)."""
-    _settings.append(dataclasses.replace(settings(), **changes))
-    try:
-        yield settings()
-    finally:
-        _settings.pop()
-
-
 def blockwise(xp, fn, *arrays):
     """``fn(*arrays)`` on blocks of at most ``settings().block`` rows (eager NumPy and
     torch), the results (an array or a tuple of arrays) concatenated.
@@ -143,14 +93,14 @@ def blockwise(xp, fn, *arrays):
     temporaries away.
     """
     n = arrays[0].shape[0]
-    threads = settings().threads
-    threaded = threads > 1 and aac.is_numpy_array(arrays[0]) and not getattr(_in_block, "busy", False)
-    size = _block_rows(n, threads if threaded else 1)
+    threads = host_threads.settings().threads
+    threaded = threads > 1 and aac.is_numpy_array(arrays[0]) and not host_threads.in_block()
+    size = host_threads.block_rows(n, threads if threaded else 1)
     if n <= size or not (aac.is_numpy_array(arrays[0]) or aac.is_torch_array(arrays[0])):
         return fn(*arrays)
     blocks = [tuple(a[s:s + size, ...] for a in arrays) for s in range(0, n, size)]
     if threaded:
-        parts = list(_threads().map(lambda block: _run_block(fn, block), blocks))
+        parts = host_threads.map_blocks(fn, blocks)
     else:
         parts = [fn(*block) for block in blocks]
     if isinstance(parts[0], tuple):
@@ -169,11 +119,11 @@ def slotwise(xp, fn, count, rowwise, slotted, fills):
     says, per output of ``fn``, what its slots beyond the narrow ones hold in the narrow
     rows: None for an output per row ``(n, ...)``, a scalar, or an array of the output's
     shape to copy them from. With the fills that ``fn`` writes there, the result is
-    ``fn``'s on all rows. Measured at 1e5 cells of 16 slots: the kernel of the
-    kinetic update takes 0.54 of its time on 8 slots, the hiding test's 0.53.
+    ``fn``'s on all rows. It pays: most cells have at most ``narrow`` vertices, and a kernel
+    on the narrow slots takes about half the time of one on all (bench/LOG.md).
     """
     n, cap = slotted[0].shape[:2]
-    slots = settings().narrow
+    slots = host_threads.settings().narrow
     if cap <= slots or not (aac.is_numpy_array(count) or aac.is_torch_array(count)):
         return blockwise(xp, fn, count, *rowwise, *slotted)
     wide = count > slots
@@ -205,21 +155,6 @@ def _as_tuple(result):
     return result if isinstance(result, tuple) else (result,)
 
 
-def _block_rows(n: int, threads: int) -> int:
-    """Rows per block: at most ``settings().block``, as many blocks as a multiple of
-    ``threads`` of equal size, none under ``settings().min_block`` rows."""
-    now = settings()
-    blocks = max(-(-n // now.block), 1)             # no rows: one empty block
-    blocks = -(-blocks // threads) * threads
-    return max(-(-n // blocks), now.min_block)
-
-
-def map_on_threads(fn, items):
-    """``[fn(item) for item in items]`` on the worker threads (for host work that releases
-    the GIL, like NumPy kernels or Qhull)."""
-    return list(_threads().map(fn, items))
-
-
 def in_background(fn, like):
     """``fn()`` on a thread of its own (its blocks run there one after the other, leaving
     the worker threads to the caller) when ``like`` is an eager NumPy array and there are
@@ -227,9 +162,9 @@ def in_background(fn, like):
     one core) runs meanwhile; :func:`background_result` waits for it. Elsewhere ``fn()`` at once (JAX's
     compiler orders the work itself; on CPU torch a background thread measured no gain:
     box 1e4 solves, paired, median +7 ms in 0.79 s)."""
-    if settings().threads < 2 or not aac.is_numpy_array(like) or getattr(_in_block, "busy", False):
+    if host_threads.settings().threads < 2 or not aac.is_numpy_array(like) or host_threads.in_block():
         return fn()
-    return _executor(_background, 1, "sdot-background").submit(_run_block, fn, ())
+    return host_threads.start_in_background(fn)
 
 
 def background_result(handle):
@@ -237,24 +172,3 @@ def background_result(handle):
     from concurrent.futures import Future
 
     return handle.result() if isinstance(handle, Future) else handle
-
-
-def _threads():
-    return _executor(_pool, settings().threads, "sdot")
-
-
-def _executor(holder, workers, prefix):
-    """The thread pool kept in the list ``holder``, made on first use."""
-    if not holder:
-        from concurrent.futures import ThreadPoolExecutor
-
-        holder.append(ThreadPoolExecutor(workers, thread_name_prefix=prefix))
-    return holder[0]
-
-
-def _run_block(fn, block):
-    _in_block.busy = True
-    try:
-        return fn(*block)
-    finally:
-        _in_block.busy = False

@@ -2,21 +2,17 @@
 
 Eagerly, NumPy arrays, CPU torch tensors and concrete CPU JAX arrays have NumPy
 views (no copy); under ``jax.jit`` on the CPU a host function runs through
-``jax.pure_callback``. Elsewhere (GPU, array_api_strict) the host is not used.
+``jax.pure_callback``. Elsewhere (GPU, array_api_strict) the host is not used. The
+host functions themselves (NumPy in, NumPy out) are in :mod:`..host`.
 """
 from __future__ import annotations
 
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import array_api_compat as aac
 import numpy as np
 
-#: The thread that runs the host functions of traced code (Qhull, cKDTree, SuperLU), started
-#: at import with the process's floating-point environment and stack: XLA's worker threads
-#: flush denormals to zero, and there cKDTree recursed until its stack overflowed (segfault).
-_HOST_THREAD = ThreadPoolExecutor(1, thread_name_prefix="sdot-host")
-_HOST_THREAD.submit(int).result()
+from ..host.threads import HOST_THREAD
 
 
 def is_traced(*xs) -> bool:
@@ -104,10 +100,11 @@ def host_call(fn, *args):
 def host_callback(xp, fn, result_shape, result_dtype, *args):
     """Run the NumPy function ``fn`` on concrete copies of ``args``.
 
-    Eagerly on CPU arrays: directly (NumPy views, no copy). Under ``jax.jit`` on
-    the CPU: ``jax.pure_callback`` (sequential under ``vmap``). Returns None
-    where the host is not reachable without a device copy (GPU, array_api_strict):
-    the caller then uses its pure array-API fallback.
+    Eagerly on CPU arrays: directly (NumPy views, no copy). Under ``jax.jit`` on the
+    CPU: ``jax.pure_callback`` (sequential under ``vmap``), ``fn`` running on
+    :data:`..host.threads.HOST_THREAD`. Returns None where the host is not reachable
+    without a device copy (GPU, array_api_strict): the caller then uses its pure
+    array-API fallback.
     """
     if is_traced(*args):
         import jax
@@ -117,7 +114,7 @@ def host_callback(xp, fn, result_shape, result_dtype, *args):
         spec = jax.ShapeDtypeStruct(result_shape, result_dtype)
 
         def on_host_thread(*a):
-            work = _HOST_THREAD.submit(lambda: np.asarray(fn(*map(np.asarray, a)), dtype=result_dtype))
+            work = HOST_THREAD.submit(lambda: np.asarray(fn(*map(np.asarray, a)), dtype=result_dtype))
             return work.result()
         return jax.pure_callback(on_host_thread, spec, *args, vmap_method="sequential")
     host = [host_view(a) for a in args]

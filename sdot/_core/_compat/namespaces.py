@@ -1,20 +1,11 @@
 """The array-API namespace the solver computes with.
 
-array_api_compat's, except on torch, where the functions the kernels call most (``take``,
-``take_along_axis``, ``where``: about 20% of the ops of a solve; ``maximum``, ``minimum``,
-``any``, ``reshape``) call torch directly in the cases the solver uses. array_api_compat's
-versions add a pass over the indices for negative ones, which sdot never takes at (a
-negative index raises in torch), a dtype promotion that the kernels' operands, of one
-dtype, do not need, a tensor made of each Python scalar operand, and a cast of ``any``'s
-(boolean) result. Measured: box 1e3 on torch 0.22 -> 0.18 s (the first three).
-
-On NumPy, where a solve makes about 19000 namespace calls (box 1e4), the namespace of
-plain ``ndarray`` inputs is found without array_api_compat's inspection of each argument,
-and the calls whose array_api_compat (or NumPy module-level) versions only add argument
-handling go to the array methods or NumPy directly (:class:`_NumpyDirect`): ``reshape``,
-``take``, ``arange``, ``asarray``, ``zeros``, ``ones``, ``full``, ``astype``, ``nonzero``
-and the reductions. Same results bit for bit; measured, paired solves: box 1e3 -6.7 ms
-(9%), box 1e4 -12 ms (4%; within the noise in another run).
+array_api_compat's, except for the calls the kernels make most, which go to torch or NumPy
+directly (:class:`_TorchDirect`, :class:`_NumpyDirect`; same results bit for bit): there
+array_api_compat only adds argument handling to every call (on torch a pass over the indices
+for negative ones, which sdot never takes, dtype promotions, a tensor per Python scalar, a
+cast of ``any``'s result; on NumPy the inspection of each argument, wrappers of the array
+methods). Measurements in bench/LOG.md.
 """
 from __future__ import annotations
 

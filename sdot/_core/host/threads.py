@@ -1,0 +1,116 @@
+"""The host's threads: the process's settings of the eager kernels, the thread pools."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+#: The thread that runs the host functions of traced code (Qhull, cKDTree, SuperLU), started
+#: at import with the process's floating-point environment and stack: XLA's worker threads
+#: flush denormals to zero, and there cKDTree recursed until its stack overflowed (segfault).
+HOST_THREAD = ThreadPoolExecutor(1, thread_name_prefix="sdot-host")
+HOST_THREAD.submit(int).result()
+
+
+def _threads_from_environment() -> int:
+    return max(1, int(os.environ.get("SDOT_NUM_THREADS", min(os.cpu_count() or 1, 8))))
+
+
+@dataclasses.dataclass(frozen=True)
+class HostSettings:
+    """How the eager NumPy and torch kernels run: in blocks of rows, on threads.
+
+    Settings of the process, not options of a solve: every kernel of the core runs through
+    ``_compat.blockwise`` or ``_compat.slotwise``, and each gives the same result whatever the
+    blocks and slots (the tests compare them). The threads also set the fewest tiles of the
+    host's regular triangulation (:func:`.triangulation.tiled_rings`): results may differ
+    in the last bits from one thread count to another. Read by :func:`settings`; changed for
+    a ``with`` block by :func:`host_settings`.
+    """
+
+    #: Threads running the blocks of NumPy kernels (NumPy releases the GIL in its loops;
+    #: torch runs its own threads): ``SDOT_NUM_THREADS``, default the cores, at most 8.
+    threads: int = dataclasses.field(default_factory=_threads_from_environment)
+    #: Rows per block of the eager kernels: their temporaries stay in the CPU caches.
+    block: int = 16384
+    #: Fewest rows per block worth a thread.
+    min_block: int = 2048
+    #: Vertex slots of the narrow pass of ``_compat.slotwise`` (98% of the cells of uniform
+    #: seeds have at most 8 vertices, all but 0.03% at most 10).
+    narrow: int = 8
+
+
+_settings = [HostSettings()]
+_pool = []
+_background = []
+_in_block = threading.local()
+
+
+def settings() -> HostSettings:
+    """The :class:`HostSettings` in force."""
+    return _settings[-1]
+
+
+@contextlib.contextmanager
+def host_settings(**changes):
+    """Within the ``with`` block, the :class:`HostSettings` with the fields ``changes``
+    (for the whole process: tests and benchmarks, not concurrent solves)."""
+    _settings.append(dataclasses.replace(settings(), **changes))
+    try:
+        yield settings()
+    finally:
+        _settings.pop()
+
+
+def block_rows(n: int, threads: int) -> int:
+    """Rows per block: at most ``settings().block``, as many blocks as a multiple of
+    ``threads`` of equal size, none under ``settings().min_block`` rows."""
+    now = settings()
+    blocks = max(-(-n // now.block), 1)             # no rows: one empty block
+    blocks = -(-blocks // threads) * threads
+    return max(-(-n // blocks), now.min_block)
+
+
+def in_block() -> bool:
+    """True on a thread running a block (of :func:`map_blocks` or :func:`start_in_background`):
+    its kernels run their own blocks there, one after the other."""
+    return getattr(_in_block, "busy", False)
+
+
+def map_blocks(fn, blocks):
+    """``[fn(*block) for block in blocks]`` on the worker threads, each call marked as
+    :func:`in_block`."""
+    return list(_threads().map(lambda block: _run_block(fn, block), blocks))
+
+
+def map_on_threads(fn, items):
+    """``[fn(item) for item in items]`` on the worker threads (for host work that releases
+    the GIL, like NumPy kernels or Qhull)."""
+    return list(_threads().map(fn, items))
+
+
+def start_in_background(fn) -> Future:
+    """``fn()`` on the background thread (a thread of its own, marked as :func:`in_block`):
+    the future of its result."""
+    return _executor(_background, 1, "sdot-background").submit(_run_block, fn, ())
+
+
+def _threads():
+    return _executor(_pool, settings().threads, "sdot")
+
+
+def _executor(holder, workers, prefix):
+    """The thread pool kept in the list ``holder``, made on first use."""
+    if not holder:
+        holder.append(ThreadPoolExecutor(workers, thread_name_prefix=prefix))
+    return holder[0]
+
+
+def _run_block(fn, block):
+    _in_block.busy = True
+    try:
+        return fn(*block)
+    finally:
+        _in_block.busy = False
