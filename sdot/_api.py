@@ -11,7 +11,7 @@ import array_api_compat as aac
 import numpy as np
 
 from . import _autodiff, _driver
-from ._core import _compat, gradients, newton, plan, planar
+from ._core import _compat, gradients, newton, plan
 from ._core.density import PixelDensity
 from ._core.options import DEFAULT as NEWTON_OPTIONS
 from ._grids import PolynomialGrid
@@ -271,12 +271,9 @@ def _solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
                          PixelDensity(*(_autodiff.detach(a) for a in prob.density)))
     if aac.is_jax_namespace(xp) or _compat.static_shapes(cut.seeds):
         solve = _jax_solve_plan() if aac.is_jax_namespace(xp) else functools.partial(plan.solve_plan, xp)
-        capacity = planar.CAPACITY
-        while True:   # with static shapes, a vertex-capacity overflow is retried (traced, it gives nan)
-            res = solve(cut, tol=tol, max_iter=max_iter, log=log, capacity=capacity, options=options)
-            if _driver.is_tracer(res["overflow"]) or not bool(res["overflow"]) or capacity >= 1024:
-                break
-            capacity *= 2
+        res = plan.grown_until_fits(lambda capacity: solve(cut, tol=tol, max_iter=max_iter, log=log,
+                                                           capacity=capacity, options=options),
+                                    lambda res: res["overflow"])
     else:
         with _autodiff.without_autodiff(xp):
             res = plan.solve_plan(xp, cut, tol, max_iter, log=log, options=options)
