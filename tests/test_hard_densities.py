@@ -320,7 +320,7 @@ def test_many_copies_of_few_diracs_under_jax(sdot_driver):
     returned a residual of 0.9): converged, and the W2^2 of the 40 distinct Diracs."""
     from conftest import Backend
 
-    backend = Backend("jax")
+    backend = Backend("jax-jit")      # the traced solve (eager JAX solves on the host)
     sdot_driver.framework = backend.framework
     distinct = np.random.default_rng(0).random((40, 2))
     img = np.ones((1, 1))
@@ -340,7 +340,7 @@ def test_diracs_on_the_sides_of_the_square_under_jax(sdot_driver):
     t = np.random.default_rng(4).random(100)
     pts = np.concatenate([np.stack([t, 0 * t], 1), np.stack([1 + 0 * t, t], 1),
                           np.stack([t, 1 + 0 * t], 1), np.stack([0 * t, t], 1)])
-    backend = Backend("jax")
+    backend = Backend("jax-jit")      # the traced solve (eager JAX solves on the host)
     sdot_driver.framework = backend.framework
     plan = solve(backend, pts, np.ones((1, 1)))
     assert bool(plan.converged) and float(plan.residual) <= 1e-10
