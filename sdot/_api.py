@@ -11,7 +11,7 @@ import array_api_compat as aac
 import numpy as np
 
 from . import _autodiff, _driver
-from ._core import gradients, newton, plan, planar
+from ._core import _compat, gradients, newton, plan
 from ._core.density import PixelDensity
 from ._core.options import DEFAULT as NEWTON_OPTIONS
 from ._grids import PolynomialGrid
@@ -103,17 +103,25 @@ def _max_reach(dtype_max):
     return math.sqrt(dtype_max) * 1e-4
 
 
+def _checkable(xp, *arrays):
+    """``(namespace, arrays)`` to check values with, cut from the autodiff graph: NumPy and
+    views of concrete CPU arrays (checks on JAX arrays would compile per shape), else ``xp``."""
+    arrays = [_autodiff.detach(a) for a in arrays]
+    views = [_compat.host_view(a) for a in arrays]
+    return (xp, arrays) if any(v is None for v in views) else (np, views)
+
+
 def _check_range(xp, prob):
     """Eagerly, refuse magnitudes the computation dtype cannot square (a ``ValueError``
     that says which), before any work."""
-    lo, hi = (_autodiff.detach(a) for a in (prob.lo, prob.hi))
-    side = float(xp.max(hi - lo))
+    ops, (lo, hi, seeds) = _checkable(xp, prob.lo, prob.hi, prob.seeds)
+    side = float(ops.max(hi - lo))
     finfo = xp.finfo(prob.seeds.dtype)
     if not math.isfinite(side):
         raise ValueError("domain: its sides overflow the computation dtype "
                          f"({prob.seeds.dtype}); rescale the problem")
     centre = 0.5 * (lo + hi)
-    reach = float(xp.max(xp.abs(_autodiff.detach(prob.seeds) - centre))) / side
+    reach = float(ops.max(ops.abs(seeds - centre))) / side
     if not reach <= _max_reach(float(finfo.max)):
         raise ValueError(f"positions: a Dirac lies {reach:.3g} domain sides from the domain's centre; "
                          f"the solver squares such distances, which {prob.seeds.dtype} cannot represent "
@@ -131,7 +139,8 @@ def _problem(source, target):
     if any(_driver.is_tracer(a) for a in (prob.seeds, prob.masses) + tuple(prob.density)):
         return xp, prob                     # values unknown: no mass check under tracing
     _check_range(xp, prob)
-    total_m = float(_autodiff.detach(xp.sum(prob.masses)))
+    ops, (masses,) = _checkable(xp, prob.masses)
+    total_m = float(ops.sum(masses))
     total_rho = float(_autodiff.detach(target.integral) if target.mass is None else target.mass)
     if abs(total_m - total_rho) > 1e-6 * max(abs(total_rho), 1e-300):
         raise ValueError(f"mass mismatch: the source has mass {total_m}, the target {total_rho}; "
@@ -269,13 +278,14 @@ def _solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
     cut from the autodiff graph, then attach the analytic gradients."""
     cut = newton.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
                          PixelDensity(*(_autodiff.detach(a) for a in prob.density)))
-    if aac.is_jax_namespace(xp):
-        capacity = planar.CAPACITY
-        while True:   # eagerly, a vertex-capacity overflow is retried; traced, it gives nan
-            res = _jax_solve_plan()(cut, tol=tol, max_iter=max_iter, log=log, capacity=capacity, options=options)
-            if _driver.is_tracer(res["overflow"]) or not bool(res["overflow"]) or capacity >= 1024:
-                break
-            capacity *= 2
+    host = _jax_on_host(xp, cut)
+    if host is not None:
+        return _solve_on_host(xp, prob, host, tol, max_iter, log, options)
+    if aac.is_jax_namespace(xp) or _compat.static_shapes(cut.seeds):
+        solve = _jax_solve_plan() if aac.is_jax_namespace(xp) else functools.partial(plan.solve_plan, xp)
+        res = plan.grown_until_fits(lambda capacity: solve(cut, tol=tol, max_iter=max_iter, log=log,
+                                                           capacity=capacity, options=options),
+                                    lambda res: res["overflow"])
     else:
         with _autodiff.without_autodiff(xp):
             res = plan.solve_plan(xp, cut, tol, max_iter, log=log, options=options)
@@ -289,6 +299,56 @@ def _solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
                                           sol.evaluation.moments, res["active"])
     return (OtPlan(distance=distance, power_diagram=diagram, **{k: res[k] for k in _PLAN_ARRAYS}),
             (sol.width, sol.damping))
+
+
+def _jax_on_host(xp, cut):
+    """NumPy views (no copy) of the problem ``cut`` if its arrays are concrete JAX arrays on
+    the CPU (eager calls, ``jax.grad`` and ``jax.jvp`` outside ``jit``), else None."""
+    if not aac.is_jax_namespace(xp):
+        return None
+    views = [_compat.host_view(a) for a in (cut.seeds, cut.masses) + tuple(cut.density)]
+    if any(v is None for v in views):
+        return None
+    return newton.Problem(views[0], views[1], PixelDensity(*views[2:]))
+
+
+def _solve_on_host(xp, prob, host, tol, max_iter, log, options):
+    """The eager NumPy solve of the concrete JAX problem ``host`` (NumPy views): nothing
+    compiles. The plan's arrays come back as JAX arrays; the solver's state stays on the
+    host, in the gradient rule's closure."""
+    res = plan.solve_plan(_compat.namespace(host.seeds), host, tol, max_iter, log=log, options=options)
+    import jax
+
+    device = next(iter(_autodiff.detach(prob.seeds).devices()))
+    to_jax = lambda a: jax.device_put(np.asarray(a), device)     # noqa: E731 (no compile, unlike asarray)
+    out = {k: to_jax(res[k]) for k in _PLAN_ARRAYS}
+    distance = _autodiff.attach(to_jax(res["distance"]), (prob.seeds, prob.masses, prob.density.values), (),
+                                functools.partial(_gradients_on_host, (host.density, res["state"])))
+    sol = res["solution"]
+    diagram = PowerDiagram._from_solution(newton.Problem(prob.seeds, None, host.density), to_jax(sol.psi),
+                                          sol.evaluation.cells, sol.evaluation.moments, res["active"])
+    return OtPlan(distance=distance, power_diagram=diagram, **out), (sol.width, sol.damping)
+
+
+def _gradients_on_host(state, inputs, _, needs):
+    """:func:`_gradients` with the host ``state`` of :func:`_solve_on_host`: on NumPy views
+    of concrete inputs, returned as JAX arrays; traced inputs get the state as JAX arrays."""
+    xp = _driver.namespace(inputs[0])
+    if any(_driver.is_tracer(a) for a in inputs):
+        return _gradients(inputs, _tree_map(xp.asarray, state), needs)
+    grads = _gradients(tuple(_compat.host_view(a) for a in inputs), state, needs)
+    import jax
+
+    return tuple(None if g is None else jax.device_put(g, next(iter(_autodiff.detach(a).devices())))
+                 for g, a in zip(grads, inputs))
+
+
+def _tree_map(fn, tree):
+    """``fn`` on every array of a tree of (named) tuples."""
+    if isinstance(tree, tuple):
+        items = [_tree_map(fn, t) for t in tree]
+        return type(tree)(*items) if hasattr(tree, "_fields") else tuple(items)
+    return None if tree is None else fn(tree)
 
 
 #: The arrays of an :class:`OtPlan` besides the distance and the diagram.
@@ -319,12 +379,15 @@ def distance(source, target, **options):
 def distances(sources, target, **options):
     """W2^2 of every item of a batch of sources (``BatchOfSumOfDiracs``...), shape ``(b,)``.
 
-    JAX batches run as one ``jax.vmap`` of the solve; other frameworks loop over the items.
+    Traced JAX batches (under ``jit``, ``vmap``) run as one ``jax.vmap`` of the solve; others,
+    concrete JAX arrays on the CPU included, loop over the items.
     """
     if not (isinstance(sources, _Diracs) and sources.batched):
         raise TypeError("distances takes a BatchOfSumOfDiracs or BatchOfSumOfWeightedDiracs")
     sources, target = align(sources, target)
-    if aac.is_jax_array(sources.positions):
+    if aac.is_jax_array(sources.positions) and _jax_on_host(aac.array_namespace(sources.positions), newton.Problem(
+            _autodiff.detach(sources.positions), _autodiff.detach(sources.weights),
+            PixelDensity(*(_autodiff.detach(a) for a in (target.values, *target.domain))))) is None:
         import jax
 
         _driver.compute_dtype(aac.array_namespace(sources.positions))   # x64 policy first

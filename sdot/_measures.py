@@ -16,6 +16,7 @@ import array_api_compat as aac
 import numpy as np
 
 from . import _driver
+from ._core._compat import host_view
 from ._driver import device_of, is_tracer, namespace, to_array
 
 __all__ = ["align", "SumOfDiracs", "SumOfWeightedDiracs", "BatchOfSumOfDiracs",
@@ -35,6 +36,17 @@ def _known(flag):
         return True
 
 
+def _checkable(x):
+    """``(namespace, array)`` to check the values of the concrete ``x`` with: NumPy and a
+    view where there is one (CPU torch and JAX: JAX would compile each check per shape)."""
+    view = host_view(x)
+    return (np, view) if view is not None else (namespace(x), x)
+
+
+def _concrete_jax(x):
+    return aac.is_jax_array(x) and not is_tracer(x)
+
+
 def _check_values(x, name, *, nonneg=True, nonzero_axis=False):
     """NaN/inf, negative and all-zero checks; skipped for JAX tracers.
 
@@ -42,7 +54,7 @@ def _check_values(x, name, *, nonneg=True, nonzero_axis=False):
     """
     if is_tracer(x):
         return
-    xp = namespace(x)
+    xp, x = _checkable(x)
     if not _known(xp.all(xp.isfinite(x))):
         raise ValueError(f"{name} contains NaN or infinite values")
     if nonneg and not _known(xp.all(x >= 0)):
@@ -68,8 +80,8 @@ def _check_mass(mass):
     if mass.ndim != 0:
         raise ValueError(f"mass must be a scalar, got shape {tuple(mass.shape)}")
     if not is_tracer(mass):
-        xp = namespace(mass)
-        if not _known(xp.isfinite(mass) & (mass > 0)):
+        xp, value = _checkable(mass)
+        if not _known(xp.isfinite(value) & (value > 0)):
             raise ValueError("mass must be a finite number > 0")
     return mass
 
@@ -214,6 +226,8 @@ class _Diracs(_Measure):
         if self._weights is not None:
             return self._weights
         xp, x = namespace(self._positions), self._positions
+        if _concrete_jax(x):                    # from the host: JAX would compile per shape
+            return _driver.convert_like(np.ones(x.shape[:-1], dtype=x.dtype), x)
         return xp.ones(tuple(x.shape[:-1]), dtype=x.dtype, device=device_of(x))
 
     @property
@@ -225,6 +239,8 @@ class _Diracs(_Measure):
         w = self.weights
         if self._mass is None:
             return w
+        if self._weights is None and isinstance(self._mass, float) and _concrete_jax(w):
+            return _driver.convert_like(np.full(w.shape, self._mass / w.shape[-1], dtype=w.dtype), w)
         xp = namespace(w)
         return w * (self._mass / xp.sum(w, axis=-1, keepdims=True))
 

@@ -1,18 +1,20 @@
 """Shared fixtures: the ``backend`` fixture and the driver settings fixture.
 
 ``backend`` runs a test on every backend: "numpy", "array_api_strict",
-"torch", "jax" and "jax-jit" (JAX under ``jax.jit``). The environment variable
+"strict-static" (array_api_strict with data-dependent shapes off: the core's traced code
+paths, without compiling), "torch", "jax" and "jax-jit" (JAX under ``jax.jit``). The environment variable
 ``SDOT_TEST_BACKENDS`` (comma-separated) selects a subset, e.g.
 ``SDOT_TEST_BACKENDS=numpy,torch pytest``.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
 import pytest
 
-ALL_BACKENDS = ("numpy", "array_api_strict", "torch", "jax", "jax-jit")
+ALL_BACKENDS = ("numpy", "array_api_strict", "strict-static", "torch", "jax", "jax-jit")
 BACKENDS = tuple(b.strip() for b in os.environ.get("SDOT_TEST_BACKENDS", ",".join(ALL_BACKENDS))
                  .split(",") if b.strip())
 _unknown = set(BACKENDS) - set(ALL_BACKENDS)
@@ -79,19 +81,26 @@ class Backend:
     Attributes
     ----------
     name : str
-        "numpy", "array_api_strict", "torch", "jax" or "jax-jit".
+        "numpy", "array_api_strict", "strict-static", "torch", "jax" or "jax-jit".
     framework : str
         The ``sdot.driver.framework`` used while the test runs.
     xp : module
         Array-API namespace of the backend.
+    static : bool
+        Shapes may not depend on values ("jax-jit", "strict-static"): the core takes
+        fixed budgets and reports what an eager run would retry.
+    host : bool
+        The core may reach NumPy and scipy (not on array_api_strict).
     """
 
     def __init__(self, name):
         import array_api_compat as aac
 
         self.name = name
-        self.framework = {"array_api_strict": "numpy", "jax-jit": "jax"}.get(name, name)
-        if name == "array_api_strict":
+        self.framework = {"array_api_strict": "numpy", "strict-static": "numpy", "jax-jit": "jax"}.get(name, name)
+        self.static = name in ("strict-static", "jax-jit")
+        self.host = not name.endswith("strict") and name != "strict-static"
+        if name in ("array_api_strict", "strict-static"):
             self.xp = pytest.importorskip("array_api_strict")
         elif name == "torch":
             self.xp = aac.array_namespace(pytest.importorskip("torch").zeros(1))
@@ -115,7 +124,7 @@ class Backend:
         """A NumPy copy of the array ``a``."""
         if torch is not None and isinstance(a, torch.Tensor):
             return a.detach().cpu().numpy()
-        if self.name == "array_api_strict":
+        if not self.host:
             return np.from_dlpack(a)
         return np.asarray(a)
 
@@ -124,6 +133,16 @@ class Backend:
         if self.name == "jax-jit":
             return jax.jit(fn)(*args)
         return fn(*args)
+
+    def shapes(self):
+        """The context of a test on this backend: array_api_strict without data-dependent
+        shapes for "strict-static" (its ``nonzero``, ``unique`` and boolean masks raise, and
+        the core's eager sizing raises too)."""
+        if self.name != "strict-static":
+            return contextlib.nullcontext()
+        import array_api_strict
+
+        return array_api_strict.ArrayAPIStrictFlags(data_dependent_shapes=False)
 
     def __repr__(self):
         return f"Backend({self.name!r})"
@@ -159,7 +178,9 @@ def _activate(name, driver):
 @pytest.fixture(params=BACKENDS)
 def backend(request, sdot_driver):
     """Every selected backend in turn; the driver framework follows the backend."""
-    return _activate(request.param, sdot_driver)
+    b = _activate(request.param, sdot_driver)
+    with b.shapes():
+        yield b
 
 
 EAGER_BACKENDS = tuple(b for b in BACKENDS if b != "jax-jit")
@@ -167,8 +188,11 @@ EAGER_BACKENDS = tuple(b for b in BACKENDS if b != "jax-jit")
 
 @pytest.fixture(params=EAGER_BACKENDS)
 def eager_backend(request, sdot_driver):
-    """The eager backends: the solver does not run under ``jax.jit`` yet."""
-    return _activate(request.param, sdot_driver)
+    """The backends whose tests do not run under ``jax.jit`` (those whose checks cannot be
+    traced); "strict-static" runs the solver's traced code paths for them."""
+    b = _activate(request.param, sdot_driver)
+    with b.shapes():
+        yield b
 
 
 #: Tests marked ``slow`` (``pytest -m "not slow"`` is the quick subset: every module on

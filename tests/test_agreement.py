@@ -84,17 +84,17 @@ def test_a_traced_check_of_a_share_keeps_the_cells_left_unchecked(backend):
     far = next(k for k in range(J + 1, N) if k not in near)
     mask = np.isin(np.arange(N), [J, far])
     got = unmatched_cells(backend, seeds, mask, size=1)
-    assert got == ({I, J, far} if backend.name == "jax-jit" else {I, J})
+    assert got == ({I, J, far} if backend.static else {I, J})
 
 
 def test_eagerly_a_small_mask_is_left_as_it_is(backend):
     """Below ``agreement_from`` cells the eager check costs more than the local tests it
     saves: the mask comes back unchanged (an exact diagram, every cell flagged).
-    Under ``jax.jit`` the check runs whatever the mask."""
+    With static shapes (``jax.jit``) the check runs whatever the mask."""
     seeds, _ = seeds_and_neighbours()
     got = unmatched_cells(backend, seeds, np.ones(N, bool), edge_out=False,
                           options=dataclasses.replace(DIAGRAM, agreement_from=N + 1))
-    assert got == (set() if backend.name == "jax-jit" else set(range(N)))
+    assert got == (set() if backend.static else set(range(N)))
 
 
 @pytest.mark.parametrize("flip_width", [4, 1])

@@ -88,4 +88,19 @@ def diagram(xp, seeds, psi, density):
     """
     _, active, _ = newton.group_duplicates(xp, seeds, xp.ones_like(psi), psi)
     prob = newton.Problem(seeds, None, density)
-    return newton.evaluate(xp, prob, psi, active)
+    return grown_until_fits(lambda capacity: newton.evaluate(xp, prob, psi, active, capacity=capacity),
+                            lambda ev: xp.any(ev.cells.overflow))
+
+
+def grown_until_fits(run, overflowed):
+    """``run(capacity)`` from :data:`.planar.CAPACITY` vertex slots, run again with twice
+    as many (up to 1024) while ``overflowed(result)``. Eagerly the cells grow by
+    themselves; with static shapes they cannot, and only a concrete flag can be retried
+    (traced, the overflow is reported: the solve gives nan)."""
+    capacity = planar.CAPACITY
+    while True:
+        out = run(capacity)
+        flag = overflowed(out)
+        if _compat.is_traced(flag) or capacity >= 1024 or not bool(flag):
+            return out
+        capacity *= 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 import array_api_compat as aac
 import numpy as np
 
+from .host import static_shapes, to_int
 from .namespaces import namespace
 
 
@@ -22,7 +23,7 @@ def bucket(size: int, like) -> int:
 
 def capacity(xp, total, like, limit=None) -> int:
     """Concrete size for ``total`` items (eager only), bucketed for JAX, at most ``limit``."""
-    size = bucket(int(total), like)
+    size = bucket(to_int(total), like)
     return size if limit is None else min(size, limit)
 
 
@@ -190,6 +191,19 @@ def true_entries(xp, mask):
     indices as true entries (bucketed for JAX), at least one; ``(indices, valid)``."""
     n = mask.shape[0]
     return select(xp, mask, max(capacity(xp, xp.sum(xp.astype(mask, xp.int64)), mask, n), min(n, 1)))
+
+
+def rows_where(xp, mask, budget: int | None = None):
+    """The rows where the 1-d ``mask`` is true, as ``(rows, valid)``, in one code path for
+    eager and traced runs: eagerly :func:`true_entries` (exactly those, at least one);
+    under static shapes ``budget`` rows, the true ones first (:func:`select`), or with no
+    budget every row, ``valid = mask``."""
+    n = mask.shape[0]
+    if not static_shapes(mask):
+        return true_entries(xp, mask)
+    if budget is None or budget >= n:
+        return xp.arange(n, dtype=xp.int64, device=aac.device(mask)), mask
+    return select(xp, mask, budget)
 
 
 def set_rows(xp, x, idx, values):

@@ -16,12 +16,29 @@ from ..host.threads import HOST_THREAD
 
 
 def is_traced(*xs) -> bool:
-    """True if one of ``xs`` is a JAX tracer (inside jit / vmap / grad)."""
+    """True if one of ``xs`` is a JAX tracer (inside jit / vmap / grad): loops and
+    conditionals go through ``jax.lax``, host work through callbacks."""
     if "jax" not in sys.modules:
         return False
     import jax
 
     return any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+def static_shapes(*xs) -> bool:
+    """True if no shape may depend on the values of ``xs``: JAX tracers, and array_api_strict
+    arrays while its ``data_dependent_shapes`` flag is off (the tests' stand-in for
+    tracing). The core then takes fixed budgets with validity flags, and no host decision."""
+    return is_traced(*xs) or _strict_without_data_dependent_shapes(xs)
+
+
+def _strict_without_data_dependent_shapes(xs) -> bool:
+    if "array_api_strict" not in sys.modules:
+        return False
+    import array_api_strict
+
+    return (any(type(x).__module__.startswith("array_api_strict") for x in xs)
+            and not array_api_strict.get_array_api_strict_flags()["data_dependent_shapes"])
 
 
 def host_view(x):
@@ -46,25 +63,27 @@ def from_host(xp, arr, like):
 
 
 def host_any(xp, mask) -> bool:
-    """Host decision ``any(mask)`` in eager mode; False when traced.
+    """Host decision ``any(mask)`` in eager mode; False under static shapes.
 
     Used for the eager retries (capacity overflow, incomplete cells): under
     tracing no retry happens and the flags are reported instead.
     """
-    if is_traced(mask):
+    if static_shapes(mask):
         return False
     return bool(xp.any(mask))
 
 
 def host_share(xp, mask) -> float:
-    """Host share of the true entries of ``mask`` in eager mode; 0 when traced."""
-    if is_traced(mask) or mask.shape[0] == 0:
+    """Host share of the true entries of ``mask`` in eager mode; 0 under static shapes."""
+    if static_shapes(mask) or mask.shape[0] == 0:
         return 0.0
     return float(xp.sum(xp.astype(mask, xp.int64))) / mask.shape[0]
 
 
 def to_int(x) -> int:
-    """Host integer of a concrete 0-d array (eager sizing only)."""
+    """Host integer of a concrete 0-d array (eager sizing only: an error under static shapes)."""
+    if static_shapes(x):
+        raise RuntimeError("sdot internal error: a size read from array values under static shapes")
     return int(x)
 
 

@@ -31,26 +31,21 @@ def unmatched(xp, cells, mask, size=None, check_from: int = DIAGRAM.agreement_fr
 
     A vertex that one cell has and another lacks is found if a cell that has it is in
     ``mask`` (its check goes round the triangle's cells: i checks b, b checks a, a
-    checks i): after an update, the cells around the changed ones. Traced, with ``size``,
+    checks i): after an update, the cells around the changed ones. Under static shapes, with ``size``,
     only that many cells of ``mask`` are checked and the others stay in the mask; eagerly
     a mask of fewer than ``check_from`` cells is returned as it is (the check would cost
     more than the local tests it saves).
     """
     n = mask.shape[0]
     every = xp.arange(n, dtype=xp.int64, device=aac.device(mask))
-    traced = _compat.is_traced(mask, cells.labels)
-    if traced:
-        rows, valid, unchecked = every, mask, xp.zeros_like(mask)
-        if size is not None and size < n:
-            rows, valid = _compat.select(xp, mask, size)
-            unchecked = mask & ~pg.mask_of(xp, rows, valid, n)
-    else:
-        rows, valid = _compat.true_entries(xp, mask)
-        if rows.shape[0] < check_from:              # testing them costs less than the check
-            return mask
-        unchecked = xp.zeros_like(mask)
+    static = _compat.static_shapes(mask, cells.labels)
+    rows, valid = _compat.rows_where(xp, mask, size)
+    if not static and rows.shape[0] < check_from:       # testing them costs less than the check
+        return mask
+    unchecked = (mask & ~pg.mask_of(xp, rows, valid, n) if static and rows.shape[0] < n
+                 else xp.zeros_like(mask))
     labels, count = xp.take(cells.labels, rows, axis=0), xp.take(cells.count, rows)
-    keys, where = (_keys(xp, cells, n), every) if traced else _neighbour_keys(xp, cells, labels, count, n, every)
+    keys, where = (_keys(xp, cells, n), every) if static else _neighbour_keys(xp, cells, labels, count, n, every)
     missing = _compat.slotwise(xp, lambda c, r, lab: _disagreements(xp, keys, where, r, lab, c, n), count,
                                (rows,), (labels,), (False,)) & valid[:, None]
     other = xp.reshape(xp.where(missing, labels, -1), (-1,))

@@ -51,8 +51,8 @@ def first_candidates(xp, seeds, k: int = DIAGRAM.first_candidates, active=None, 
     copies, and cells no repair round could certify."""
     n = seeds.shape[0]
     moved = seeds if active is None else _away(xp, seeds, active)
-    weighted = () if psi is None or active is None or not _compat.is_traced(seeds) else (psi, active)
-    found = _compat.delaunay_neighbours(xp, moved if _compat.is_traced(seeds) else seeds, min(k + 1, n), *weighted)
+    weighted = () if psi is None or active is None or not _compat.static_shapes(seeds) else (psi, active)
+    found = _compat.delaunay_neighbours(xp, moved if _compat.static_shapes(seeds) else seeds, min(k + 1, n), *weighted)
     if found is not None:
         # traced: at most k + 1 of them (a row cut short is not certified and is repaired)
         return found, False
@@ -131,7 +131,7 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
             candidates, nearest = first_candidates(xp, seeds, options.first_candidates, active, psi)
         elif candidates is None:
             candidates = neighbours(xp, previous, min(capacity, previous.labels.shape[1]))
-        if previous is None and candidates.shape[1] > capacity and not _compat.is_traced(candidates):
+        if previous is None and candidates.shape[1] > capacity and not _compat.static_shapes(candidates):
             capacity = slots_for(candidates.shape[1])         # a Delaunay degree above it
         cells = clip_by(xp, seeds, psi, active, box_cells(xp, seeds, lo, hi, active, capacity), rows, candidates)
         dirty = (beyond_security(xp, seeds, psi, active, cells, candidates) if nearest

@@ -56,7 +56,7 @@ def _clamp(xp, x, low, high):
 
 class _Edges:
     """The edges of the cells as a flat list (P,): eagerly the valid edge slots only,
-    traced every slot ``(n V)`` (``valid`` marks the real ones); ``slot`` is the
+    under static shapes every slot ``(n V)`` (``valid`` marks the real ones); ``slot`` is the
     flat index ``i V + k`` of each, ``cell`` its cell; endpoints relative to the
     seed and in grid coordinates."""
 
@@ -65,10 +65,7 @@ class _Edges:
         dev = aac.device(verts)
         k = xp.arange(cap, dtype=xp.int64, device=dev)[None, :]
         valid = xp.reshape(k < count[:, None], (-1,))
-        if _compat.is_traced(verts, count):
-            slot = xp.arange(n * cap, dtype=xp.int64, device=dev)
-        else:
-            slot, valid = _compat.true_entries(xp, valid)     # >= 1: a block may have no edge
+        slot, valid = _compat.rows_where(xp, valid)     # eagerly >= 1: a block may have no edge
         self.n, self.cap, self.slot, self.valid = n, cap, slot, valid
         self.cell = slot // cap
         k = slot % cap
@@ -100,8 +97,8 @@ class _Edges:
         """Eagerly, the edges of up to 2 pieces, of 3 or 4, and the pieces of the others as
         edges of their own (:meth:`pieces`): the piece loop then runs at most 4 rounds,
         not as many as the longest edge has pieces (cells that cross many pixels: in empty
-        regions, or on fine grids). Traced, all edges at once."""
-        if _compat.is_traced(self.a):
+        regions, or on fine grids). Under static shapes, all edges at once."""
+        if _compat.static_shapes(self.a):
             return [self]
         pieces = self.n_cross[:, 0] + self.n_cross[:, 1] + 1
         if _compat.to_int(xp.max(xp.where(self.valid, pieces, 0))) <= 4:
@@ -271,7 +268,7 @@ def _far_origins(xp, vertices, count):
     ``None`` eagerly when no cell is that far (the common case: nothing changes)."""
     first = vertices[:, 0, :]
     far = (count > 0) & (xp.max(xp.abs(first), axis=1) > FAR)
-    if not _compat.is_traced(vertices, count) and not _compat.host_any(xp, far):
+    if not _compat.static_shapes(vertices, count) and not _compat.host_any(xp, far):
         return None
     return xp.where(far[:, None], first, 0.0)
 

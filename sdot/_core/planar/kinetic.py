@@ -82,7 +82,7 @@ def _completed(xp, seeds, psi, active, lo, hi, previous, cells, ok, flipped, opt
     and the cells that gain an edge by a flip; returns ``(cells, dirty)``."""
     n = seeds.shape[0]
     cap = previous.labels.shape[1]
-    every = table(xp, previous, traced_width=options.table_traced) if _compat.is_traced(previous.labels) else None
+    every = table(xp, previous, traced_width=options.table_traced) if _compat.static_shapes(previous.labels) else None
 
     def previous_neighbours(rows):
         """Neighbour table of the cells ``rows`` in ``previous`` (eagerly of those only)."""
@@ -159,7 +159,7 @@ def _updated(xp, seeds, psi, active, lo, hi, previous):
     cells = previous._replace(vertices=verts, certified=xp.asarray(False, device=dev), **{
         f: xp.asarray(getattr(previous, f), copy=True) for f in ("labels", "count", "overflow")})
     retry = ~ok & xp.any(reversed_, axis=1)
-    if not _compat.is_traced(retry) and not _compat.host_any(xp, retry):
+    if not _compat.static_shapes(retry) and not _compat.host_any(xp, retry):
         return cells, ok, flipped
     rows, _ = _compat.select(xp, retry, pg.budget(xp, retry))     # padding rows: retry False
     sub = pg.take_rows(xp, cells, rows)
@@ -234,7 +234,7 @@ def flip_partners(xp, labels, count, flipped, width: int, traced_share: float = 
     ``traced_share`` pairs per cell are kept (shapes are static).
     """
     n = labels.shape[0]
-    if _compat.is_traced(labels, flipped):     # the flips' pairs first, a static share of them
+    if _compat.static_shapes(labels, flipped):     # the flips' pairs first, a static share of them
         gainer, gained, ok = _flip_pairs(xp, labels, count, flipped)
         idx, ok = _compat.select(xp, ok, min(ok.shape[0], max(1, math.ceil(traced_share * n))))
         gainer, gained = xp.where(ok, xp.take(gainer, idx), n), xp.take(gained, idx)

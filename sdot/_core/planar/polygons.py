@@ -204,7 +204,7 @@ def clip_by(xp, seeds, psi, active, cells, rows, candidates):
     Eagerly each column only clips the cells it cuts (most candidates beyond
     the first few cut nothing), in blocks of rows.
     """
-    if _compat.is_traced(cells.vertices, candidates, psi, seeds):
+    if _compat.static_shapes(cells.vertices, candidates, psi, seeds):
         return _compat.fori_loop(0, candidates.shape[1], lambda c, x: _clip_column(
             xp, seeds, psi, active, x, rows, _compat.column(candidates, c)), cells)
     fields = _compat.blockwise(xp, lambda *a: _clip_block(xp, seeds, psi, active, Cells(*a[:4], None), *a[4:]),
@@ -324,9 +324,7 @@ def keep_rows(xp, valid, new, old):
 
 def around(xp, cells, mask):
     """``mask`` and the neighbours of the cells in ``mask`` (eagerly, only their rows are read)."""
-    if _compat.is_traced(mask, cells.labels):
-        return _around(xp, mask, cells.labels, cells.count, mask)
-    rows, valid = _compat.true_entries(xp, mask)
+    rows, valid = _compat.rows_where(xp, mask)
     return _around(xp, mask, xp.take(cells.labels, rows, axis=0), xp.take(cells.count, rows), valid)
 
 
@@ -368,7 +366,7 @@ def mask_of(xp, rows, valid, n):
 def budget(xp, mask):
     """Rows processed at once: all of ``mask`` eagerly; a fixed share of the cells traced."""
     n = mask.shape[0]
-    if _compat.is_traced(mask):
+    if _compat.static_shapes(mask):
         return min(n, max(64, n // 8))
     return _compat.capacity(xp, xp.sum(xp.astype(mask, xp.int64)), mask, n)
 

@@ -98,7 +98,7 @@ def repair(xp, seeds, psi, active, lo, hi, cells, dirty, options=DIAGRAM):
 def table(xp, cells, width=None, rows=None, traced_width: int = DIAGRAM.table_traced):
     """Neighbour table: every neighbour eagerly (at most ``width``), ``traced_width`` traced.
     Eagerly with ``rows``, only the rows of their neighbours (the others -1) if they are few."""
-    if _compat.is_traced(cells.labels):
+    if _compat.static_shapes(cells.labels):
         return neighbours(xp, cells, min(cells.labels.shape[1], traced_width))
     n = cells.count.shape[0]
     if rows is None or 8 * rows.shape[0] > n:
@@ -153,9 +153,7 @@ def _per_vertex(xp, cells, rows, valid, find):
     m, cap = cells.labels.shape
     u = xp.reshape(cells.vertices, (m * cap, 2))
     row = xp.reshape(xp.broadcast_to(rows[:, None], (m, cap)), (-1,))
-    if _compat.is_traced(u, valid):
-        return xp.reshape(xp.where(valid, find(u, row, xp.arange(m * cap, device=aac.device(row))), -1), (m, cap))
-    idx, ok = _compat.true_entries(xp, valid)
+    idx, ok = _compat.rows_where(xp, valid)
     found = xp.where(ok, _compat.blockwise(xp, find, xp.take(u, idx, axis=0), xp.take(row, idx), idx), -1)
     full = -xp.ones((m * cap,), dtype=xp.int64, device=aac.device(row))
     return xp.reshape(_compat.put_rows(xp, full, idx, found), (m, cap))
@@ -251,7 +249,7 @@ def lifted(xp, seeds, psi, active):
 def _clip_rows(xp, seeds, psi, active, cells, rows, cut):
     """``cells`` with the cells ``rows`` clipped by their cutters ``cut`` (m, V);
     eagerly only the rows that have one."""
-    if _compat.is_traced(cut):
+    if _compat.static_shapes(cut):
         width = 4
     else:
         has = xp.any(cut >= 0, axis=1)

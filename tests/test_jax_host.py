@@ -1,0 +1,107 @@
+"""Eager JAX calls on the CPU solve on the host: the NumPy core on views of the arrays,
+nothing compiled, JAX arrays back with the analytic gradient rule."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sdot
+from sdot import _api
+from sdot._core import plan
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+
+
+@pytest.fixture
+def solves(monkeypatch, sdot_driver):
+    """The namespaces the core solved with, and whether the compiled JAX solve ran."""
+    sdot_driver.framework, sdot_driver.dtype = "jax", "FP64"
+    seen = {"core": [], "compiled": 0}
+    real_solve, real_compiled = plan.solve_plan, _api._jax_solve_plan
+
+    def solve_plan(xp, *args, **kwargs):
+        seen["core"].append(xp.__name__ if hasattr(xp, "__name__") else type(xp).__name__)
+        return real_solve(xp, *args, **kwargs)
+
+    def compiled():
+        seen["compiled"] += 1
+        return real_compiled()
+    monkeypatch.setattr(plan, "solve_plan", solve_plan)
+    monkeypatch.setattr(_api, "_jax_solve_plan", compiled)
+    return seen
+
+
+def problem():
+    rng = np.random.default_rng(5)
+    x, w = rng.random((60, 2)), rng.random(60) + 0.5
+    yy, xx = np.mgrid[0:8, 0:8]
+    img = np.exp(-((xx - 2.5) ** 2 + (yy - 4.0) ** 2) / 9.0)
+    img[:, 6:] = 0.0                                 # a zero region too
+    return jnp.asarray(x), jnp.asarray(w), jnp.asarray(img)
+
+
+def loss(x, w, img):
+    return sdot.distance(sdot.SumOfWeightedDiracs(x, w), sdot.Grid(img))
+
+
+def test_eager_calls_and_gradients_run_the_numpy_core(solves):
+    """``distance`` and ``jax.grad`` of concrete JAX arrays: the NumPy core twice, no compiled
+    solve; JAX arrays back, equal to torch's value and gradients."""
+    x, w, img = problem()
+    d = loss(x, w, img)
+    grads = jax.grad(loss, argnums=(0, 1, 2))(x, w, img)
+    assert solves["compiled"] == 0 and len(solves["core"]) == 2
+    assert all("numpy" in name for name in solves["core"]), solves["core"]
+    assert isinstance(d, jax.Array) and d.dtype == jnp.float64
+    assert all(isinstance(g, jax.Array) and g.shape == a.shape for g, a in zip(grads, (x, w, img)))
+    # torch's autograd of the same problem (its rule is tested against finite differences)
+    torch = pytest.importorskip("torch")
+    inputs = [torch.tensor(np.asarray(a), requires_grad=True) for a in (x, w, img)]
+    d_torch = loss(*inputs)
+    d_torch.backward()
+    assert float(d) == pytest.approx(float(d_torch.detach()), rel=1e-12)
+    for g, t in zip(grads, inputs):
+        np.testing.assert_allclose(np.asarray(g), t.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_eager_forward_mode_and_the_plan(solves):
+    """``jax.jvp`` outside ``jit`` agrees with the gradient; the plan's arrays are JAX arrays,
+    equal to those of NumPy inputs under the JAX driver (also solved on the host)."""
+    x, w, img = problem()
+    direction = jnp.asarray(np.random.default_rng(1).standard_normal(x.shape))
+    _, tangent = jax.jvp(lambda p: loss(p, w, img), (x,), (direction,))
+    grad = jax.grad(loss)(x, w, img)
+    assert float(tangent) == pytest.approx(float(jnp.sum(grad * direction)), rel=1e-10)
+    ot = sdot.optimal_transport_plan(sdot.SumOfWeightedDiracs(x, w), sdot.Grid(img))
+    assert solves["compiled"] == 0
+    for name in ("barycenters", "cell_masses", "brenier_potential", "converged", "iterations", "residual"):
+        assert isinstance(getattr(ot, name), jax.Array), name
+    ref = sdot.optimal_transport_plan(sdot.SumOfWeightedDiracs(np.asarray(x), np.asarray(w)),
+                                      sdot.Grid(np.asarray(img)))    # NumPy inputs, JAX driver: the same
+    np.testing.assert_array_equal(np.asarray(ot.barycenters), np.asarray(ref.barycenters))
+    cells = ot.power_diagram.cells
+    assert sum(float(c.measure) for c in cells) == pytest.approx(1.0, rel=1e-9)
+
+
+def test_a_power_diagram_of_jax_arrays_is_built_on_the_host(solves, monkeypatch):
+    """``PowerDiagram`` of concrete JAX arrays: the NumPy core, NumPy's cells."""
+    seen = []
+    real = plan.diagram
+    monkeypatch.setattr(plan, "diagram", lambda xp, *a: seen.append(xp) or real(xp, *a))
+    x = np.random.default_rng(2).random((30, 2))
+    cells = sdot.PowerDiagram(jnp.asarray(x)).cells
+    assert len(seen) == 1 and "numpy" in getattr(seen[0], "__name__", type(seen[0]).__name__)
+    ref = sdot.PowerDiagram(x).cells
+    assert [float(c.measure) for c in cells] == [float(c.measure) for c in ref]
+
+
+def test_concrete_batches_loop_on_the_host(solves):
+    """A batch of concrete JAX sources: one host solve per item (``jax.vmap`` is only taken
+    when traced: see test_gradients), each equal to the item's own distance."""
+    x, _, img = problem()
+    batch = jnp.stack([x, x[::-1] * 0.9 + 0.05])
+    looped = sdot.distance(sdot.BatchOfSumOfDiracs(batch), sdot.Grid(img))
+    assert solves["compiled"] == 0 and len(solves["core"]) == 2 and looped.shape == (2,)
+    items = [float(sdot.distance(sdot.SumOfDiracs(b), sdot.Grid(img))) for b in batch]
+    np.testing.assert_array_equal(np.asarray(looped), items)
