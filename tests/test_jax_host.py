@@ -105,3 +105,17 @@ def test_concrete_batches_loop_on_the_host(solves):
     assert solves["compiled"] == 0 and len(solves["core"]) == 2 and looped.shape == (2,)
     items = [float(sdot.distance(sdot.SumOfDiracs(b), sdot.Grid(img))) for b in batch]
     np.testing.assert_array_equal(np.asarray(looped), items)
+
+
+def test_the_host_path_equals_the_compiled_solve(solves):
+    """The same value and gradients under ``jax.jit`` (the compiled solve, traced inputs) as
+    eagerly on the host: to 1e-12 for W2^2, to rounding of the solve's tolerance for the
+    gradients."""
+    x, w, img = problem()
+    value_and_grad = jax.value_and_grad(loss, argnums=(0, 1, 2))
+    d, grads = value_and_grad(x, w, img)
+    d_jit, grads_jit = jax.jit(value_and_grad)(x, w, img)
+    assert solves["compiled"] >= 1
+    assert float(d) == pytest.approx(float(d_jit), rel=1e-12)
+    for g, gj in zip(grads, grads_jit):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(gj), rtol=1e-9, atol=1e-12)
