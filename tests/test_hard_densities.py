@@ -37,10 +37,19 @@ def annulus(n=16, inner=0.2, outer=0.4):
 
 
 def solve(backend, points, img, weights=None, domain=None, **options):
+    """The plan (its arrays in a namespace under ``jax.jit``, which cannot return an OtPlan)."""
     x = backend.asarray(points)
     src = sdot.SumOfDiracs(x) if weights is None else sdot.SumOfWeightedDiracs(x, backend.asarray(weights))
     grid = sdot.Grid(backend.asarray(img), domain=domain)
-    return backend.run(lambda s, g: sdot.optimal_transport_plan(s, g, raise_on_failure=False, **options), src, grid)
+
+    def run(s, g):
+        plan = sdot.optimal_transport_plan(s, g, raise_on_failure=False, **options)
+        if backend.name != "jax-jit":
+            return plan
+        return {k: getattr(plan, k) for k in ("converged", "status", "residual", "iterations", "distance",
+                                               "brenier_potential", "cell_masses", "barycenters")}
+    out = backend.run(run, src, grid)
+    return SimpleNamespace(**out) if backend.name == "jax-jit" else out
 
 
 def check_certified(backend, plan, points, img, weights=None, rel=1e-9):
