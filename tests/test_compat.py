@@ -205,24 +205,48 @@ def test_direct_namespaces_change_no_result(sdot_driver, monkeypatch, framework)
         np.testing.assert_array_equal(a, b)
 
 
-def test_host_modules_import_only_the_standard_library_numpy_and_scipy():
-    """The rule of ``sdot._core.host``: its modules import the standard library, numpy,
-    scipy and each other, never a framework (array_api_compat, torch, jax); ``_compat``
-    reaches the host through them."""
+def _imports(path):
+    """The top-level packages ``path`` imports absolutely, and its relative imports' levels."""
     import ast
+
+    absolute, levels = set(), set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            absolute |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                absolute.add(node.module.split(".")[0])
+            levels.add(node.level)
+    return absolute, levels
+
+
+def test_only_the_compat_shim_of_the_core_imports_a_framework():
+    """DESIGN rule 1: outside ``_core/_compat`` the core imports no framework or host library
+    (numpy, scipy, torch, jax), only the standard library and array_api_compat's type tests."""
     import sys
     from pathlib import Path
 
-    import sdot._core.host as host
+    import sdot._core as core
+
+    root = Path(core.__file__).parent
+    allowed = set(sys.stdlib_module_names) | {"array_api_compat"}
+    for path in root.rglob("*.py"):
+        if "_compat" not in path.relative_to(root).parts:
+            absolute, _ = _imports(path)
+            assert absolute <= allowed, (str(path.relative_to(root)), sorted(absolute - allowed))
+
+
+def test_host_modules_import_only_the_standard_library_numpy_and_scipy():
+    """The rule of ``sdot._core._compat.host_only``: its modules import the standard library,
+    numpy, scipy and each other, never a framework (array_api_compat, torch, jax); the rest of
+    ``_compat`` reaches the host through them."""
+    import sys
+    from pathlib import Path
+
+    import sdot._core._compat.host_only as host
 
     allowed = set(sys.stdlib_module_names) | {"numpy", "scipy"}
     for path in Path(host.__file__).parent.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                names = [node.module]
-            else:
-                assert not isinstance(node, ast.ImportFrom) or node.level == 1, path.name    # within host
-                continue
-            assert all(name.split(".")[0] in allowed for name in names), (path.name, names)
+        absolute, levels = _imports(path)
+        assert absolute <= allowed, (path.name, sorted(absolute - allowed))
+        assert levels <= {0, 1}, path.name                       # relative: within the package only

@@ -3,7 +3,7 @@
 Eagerly, NumPy arrays, CPU torch tensors and concrete CPU JAX arrays have NumPy
 views (no copy); under ``jax.jit`` on the CPU a host function runs through
 ``jax.pure_callback``. Elsewhere (GPU, array_api_strict) the host is not used. The
-host functions themselves (NumPy in, NumPy out) are in :mod:`..host`.
+host functions themselves (NumPy in, NumPy out) are in :mod:`.host_only`.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import array_api_compat as aac
 import numpy as np
 
-from ..host.threads import HOST_THREAD
+from .host_only.threads import HOST_THREAD
 
 
 def is_traced(*xs) -> bool:
@@ -102,7 +102,7 @@ def host_callback(xp, fn, result_shape, result_dtype, *args):
 
     Eagerly on CPU arrays: directly (NumPy views, no copy). Under ``jax.jit`` on the
     CPU: ``jax.pure_callback`` (sequential under ``vmap``), ``fn`` running on
-    :data:`..host.threads.HOST_THREAD`. Returns None where the host is not reachable
+    :data:`.host_only.threads.HOST_THREAD`. Returns None where the host is not reachable
     without a device copy (GPU, array_api_strict): the caller then uses its pure
     array-API fallback.
     """

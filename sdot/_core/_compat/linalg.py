@@ -6,7 +6,7 @@ and :class:`JacobiPCG`, Jacobi-preconditioned conjugate gradient in pure array A
 made by its options (a frozen dataclass, hashable: a static argument under ``jax.jit``),
 ``options.solver()``, once per Newton solve: what it keeps between the solves of the Newton
 steps (factors) belongs to that solve, not to the process. The factors, their ordering and
-the host's conjugate gradient are in :mod:`..host.sparse_lu`.
+the host's conjugate gradient are in :mod:`.host_only.sparse_lu`.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Protocol
 import array_api_compat as aac
 import numpy as np
 
-from ..host import sparse_lu
+from .host_only import sparse_lu
 from .arrays import segment_sum
 from .control import while_loop
 from .host import host_callback
@@ -71,7 +71,7 @@ class FactorPCGOptions:
     max_iterations: int = 40
     #: Iterations of a solve preconditioned by the factors of the previous Newton matrix (3 to
     #: 15 measured); iterations beyond it are what older factors cost (see
-    #: :class:`..host.sparse_lu.FactorCache`).
+    #: :class:`.host_only.sparse_lu.FactorCache`).
     fresh_iterations: int = 10
     #: Relative change of the diagonal beyond which a matrix is another problem's, whose factors
     #: are not tried (one solve's Newton matrices: at most 0.6; another point set: about 1).
@@ -92,11 +92,11 @@ class FactorPCG:
     """:class:`LinearSolver`: on the host, in FP64, conjugate gradient preconditioned by
     the sparse LU factors of an earlier matrix of this solver (successive Newton matrices
     differ little) while they are worth keeping (``cache``, a
-    :class:`..host.sparse_lu.FactorCache`), or, when that does not reach ``rtol`` in
+    :class:`.host_only.sparse_lu.FactorCache`), or, when that does not reach ``rtol`` in
     ``max_iterations`` iterations, a new factorisation (scipy's SuperLU in symmetric mode;
     FP32 factors from ``fp32_factors_from`` rows), kept for the next solve; given the
     ``points``, from ``nested_dissection_from`` rows the factors are those of the matrix
-    reordered by :func:`..host.ordering.nested_dissection`. Where the host is not reachable
+    reordered by :func:`.host_only.ordering.nested_dissection`. Where the host is not reachable
     (GPU, array_api_strict), :class:`JacobiPCG`. Under ``jax.jit`` the host callback runs
     the solves on this solver's cache.
     """
@@ -118,7 +118,7 @@ class FactorPCG:
 
 def _numpy_conjugate_gradient(matvec, precondition, rhs, rtol, max_iter):
     """:func:`conjugate_gradient` on the host's NumPy arrays (the preconditioned solves of
-    :class:`..host.sparse_lu.FactorCache`)."""
+    :class:`.host_only.sparse_lu.FactorCache`)."""
     import array_api_compat.numpy as npx
 
     return conjugate_gradient(npx, matvec, precondition, rhs, rtol, max_iter)

@@ -1,10 +1,10 @@
 """Neighbours: k nearest, Delaunay and regular triangulations (scipy on the host,
-:mod:`..host.triangulation`; a brute force in pure array API otherwise)."""
+:mod:`.host_only.triangulation`; a brute force in pure array API otherwise)."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..host import triangulation as host_triangulation
+from .host_only import triangulation as host_triangulation
 from .arrays import dot
 from .host import from_host, host_callback, host_view, is_traced, on_host
 
@@ -69,7 +69,7 @@ def regular_rings(xp, points, weights, active, stop_if_hidden=False, *, tile_poi
     neighbour, in no useful order. Hidden and inactive points have count 0.
     ``stop_if_hidden``: if an active point is hidden, only ``count`` is right.
     Eagerly on the host only (scipy's Qhull, in tiles of about ``tile_points`` points,
-    see :func:`..host.triangulation.tiled_rings`); None otherwise or if Qhull fails.
+    see :func:`.host_only.triangulation.tiled_rings`); None otherwise or if Qhull fails.
     """
     found = on_host(lambda *a: host_triangulation.tiled_rings(*a, stop_if_hidden, tile_points=tile_points),
                     points, weights, active)

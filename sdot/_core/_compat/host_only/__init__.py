@@ -1,7 +1,7 @@
 """Host-only machinery: NumPy in, NumPy out, on SciPy (Qhull, cKDTree, SuperLU) and threads.
 
 The rule of this package: its modules import only the standard library, numpy and scipy
-(never array_api_compat, torch or jax), and never see an ``xp`` namespace. :mod:`.._compat`
+(never array_api_compat, torch or jax), and never see an ``xp`` namespace. The rest of :mod:`.._compat`
 calls them on NumPy views of concrete CPU arrays (through its ``host_callback`` and
 ``on_host``) and keeps the pure array-API fallbacks for where the host is not reachable.
 
