@@ -269,22 +269,28 @@ def two_discs(n=16):
     return ((((x - 0.28) ** 2 + (y - 0.3) ** 2) < 0.15 ** 2) | (((x - 0.72) ** 2 + (y - 0.7) ** 2) < 0.15 ** 2)) * 1.0
 
 
+def certified_over_six_decades(sdot_driver, name, n, img):
+    """``n`` Diracs of masses 1e-6 to 1 (``default_rng(3)``) against ``img`` on the backend
+    ``name``: the plan, checked converged and certified without sdot."""
+    from conftest import Backend
+
+    backend = Backend(name)
+    sdot_driver.framework = backend.framework
+    rng = np.random.default_rng(3)
+    pts, w = rng.random((n, 2)), 10 ** rng.uniform(-6, 0, n)
+    with backend.shapes():
+        plan = solve(backend, pts, img, weights=w)
+    check_certified(backend, plan, pts, img, weights=w)
+    return plan
+
+
 @pytest.mark.parametrize("name", ["numpy", "torch", "strict-static"])
 def test_masses_over_six_decades_on_two_discs(sdot_driver, name):
     """120 Diracs of masses 1e-6 to 1 on two discs: at every narrowing of the blur the
     cells of tiny masses were crushed by their neighbours' moves (steps damped to 0.02,
     stalled after 130 steps at a residual of 7e-2); at widths > 0 the targets are raised
     towards their mean. Converged in fewer than 80 steps."""
-    from conftest import Backend
-
-    backend = Backend(name)
-    sdot_driver.framework = backend.framework
-    rng = np.random.default_rng(3)
-    pts, w = rng.random((120, 2)), 10 ** rng.uniform(-6, 0, 120)
-    img = two_discs(16)
-    with backend.shapes():
-        plan = solve(backend, pts, img, weights=w)
-    check_certified(backend, plan, pts, img, weights=w)
+    plan = certified_over_six_decades(sdot_driver, name, 120, two_discs(16))
     assert int(plan.iterations) < 80
 
 
@@ -293,16 +299,7 @@ def test_tiny_masses_in_the_hole_of_an_annulus(sdot_driver, name):
     """40 Diracs of masses 1e-6 to 1 on an annulus: narrowed to the smallest width, cells
     of the tiniest masses in the hole still fed on the blur's tail and held nothing
     against the annulus itself (not converged, 3.8e-5 after 49 steps); they are lifted."""
-    from conftest import Backend
-
-    backend = Backend(name)
-    sdot_driver.framework = backend.framework
-    rng = np.random.default_rng(3)
-    pts, w = rng.random((40, 2)), 10 ** rng.uniform(-6, 0, 40)
-    img = annulus(16)
-    with backend.shapes():
-        plan = solve(backend, pts, img, weights=w)
-    check_certified(backend, plan, pts, img, weights=w)
+    certified_over_six_decades(sdot_driver, name, 40, annulus(16))
 
 
 @pytest.mark.parametrize("kind", ["collinear", "boundary", "lattice", "repeated"])
