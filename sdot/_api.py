@@ -103,18 +103,10 @@ def _max_reach(dtype_max):
     return math.sqrt(dtype_max) * 1e-4
 
 
-def _checkable(xp, *arrays):
-    """``(namespace, arrays)`` to check values with, cut from the autodiff graph: NumPy and
-    views of concrete CPU arrays (checks on JAX arrays would compile per shape), else ``xp``."""
-    arrays = [_autodiff.detach(a) for a in arrays]
-    views = [_compat.host_view(a) for a in arrays]
-    return (xp, arrays) if any(v is None for v in views) else (np, views)
-
-
 def _check_range(xp, prob):
     """Eagerly, refuse magnitudes the computation dtype cannot square (a ``ValueError``
     that says which), before any work."""
-    ops, (lo, hi, seeds) = _checkable(xp, prob.lo, prob.hi, prob.seeds)
+    ops, (lo, hi, seeds) = _driver.checkable(prob.lo, prob.hi, prob.seeds)
     side = float(ops.max(hi - lo))
     finfo = xp.finfo(prob.seeds.dtype)
     if not math.isfinite(side):
@@ -139,7 +131,7 @@ def _problem(source, target):
     if any(_driver.is_tracer(a) for a in (prob.seeds, prob.masses) + tuple(prob.density)):
         return xp, prob                     # values unknown: no mass check under tracing
     _check_range(xp, prob)
-    ops, (masses,) = _checkable(xp, prob.masses)
+    ops, (masses,) = _driver.checkable(prob.masses)
     total_m = float(ops.sum(masses))
     total_rho = float(_autodiff.detach(target.integral) if target.mass is None else target.mass)
     if abs(total_m - total_rho) > 1e-6 * max(abs(total_rho), 1e-300):
@@ -304,12 +296,8 @@ def _solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
 def _jax_on_host(xp, cut):
     """NumPy views (no copy) of the problem ``cut`` if its arrays are concrete JAX arrays on
     the CPU (eager calls, ``jax.grad`` and ``jax.jvp`` outside ``jit``), else None."""
-    if not aac.is_jax_namespace(xp):
-        return None
-    views = [_compat.host_view(a) for a in (cut.seeds, cut.masses) + tuple(cut.density)]
-    if any(v is None for v in views):
-        return None
-    return newton.Problem(views[0], views[1], PixelDensity(*views[2:]))
+    views = _driver.host_views(cut.seeds, cut.masses, *cut.density) if aac.is_jax_namespace(xp) else None
+    return None if views is None else newton.Problem(views[0], views[1], PixelDensity(*views[2:]))
 
 
 def _solve_on_host(xp, prob, host, tol, max_iter, log, options):
@@ -317,38 +305,28 @@ def _solve_on_host(xp, prob, host, tol, max_iter, log, options):
     compiles. The plan's arrays come back as JAX arrays; the solver's state stays on the
     host, in the gradient rule's closure."""
     res = plan.solve_plan(_compat.namespace(host.seeds), host, tol, max_iter, log=log, options=options)
-    import jax
-
-    device = next(iter(_autodiff.detach(prob.seeds).devices()))
-    to_jax = lambda a: jax.device_put(np.asarray(a), device)     # noqa: E731 (no compile, unlike asarray)
-    out = {k: to_jax(res[k]) for k in _PLAN_ARRAYS}
+    like = _autodiff.detach(prob.seeds)
+    to_jax = lambda a: _driver.convert_like(np.asarray(a), like)      # noqa: E731 (jax.device_put)
     distance = _autodiff.attach(to_jax(res["distance"]), (prob.seeds, prob.masses, prob.density.values), (),
                                 functools.partial(_gradients_on_host, (host.density, res["state"])))
     sol = res["solution"]
     diagram = PowerDiagram._from_solution(newton.Problem(prob.seeds, None, host.density), to_jax(sol.psi),
                                           sol.evaluation.cells, sol.evaluation.moments, res["active"])
-    return OtPlan(distance=distance, power_diagram=diagram, **out), (sol.width, sol.damping)
+    out = OtPlan(distance=distance, power_diagram=diagram, **{k: to_jax(res[k]) for k in _PLAN_ARRAYS})
+    return out, (sol.width, sol.damping)
 
 
 def _gradients_on_host(state, inputs, _, needs):
     """:func:`_gradients` with the host ``state`` of :func:`_solve_on_host`: on NumPy views
-    of concrete inputs, returned as JAX arrays; traced inputs get the state as JAX arrays."""
-    xp = _driver.namespace(inputs[0])
-    if any(_driver.is_tracer(a) for a in inputs):
-        return _gradients(inputs, _tree_map(xp.asarray, state), needs)
-    grads = _gradients(tuple(_compat.host_view(a) for a in inputs), state, needs)
-    import jax
+    of concrete inputs, returned as JAX arrays; traced inputs (a transformation of the
+    gradient itself) get the state as JAX arrays."""
+    views = _driver.host_views(*inputs)
+    if views is None:
+        import jax
 
-    return tuple(None if g is None else jax.device_put(g, next(iter(_autodiff.detach(a).devices())))
-                 for g, a in zip(grads, inputs))
-
-
-def _tree_map(fn, tree):
-    """``fn`` on every array of a tree of (named) tuples."""
-    if isinstance(tree, tuple):
-        items = [_tree_map(fn, t) for t in tree]
-        return type(tree)(*items) if hasattr(tree, "_fields") else tuple(items)
-    return None if tree is None else fn(tree)
+        return _gradients(inputs, jax.tree_util.tree_map(jax.numpy.asarray, state), needs)
+    return tuple(None if g is None else _driver.convert_like(g, _autodiff.detach(a))
+                 for g, a in zip(_gradients(tuple(views), state, needs), inputs))
 
 
 #: The arrays of an :class:`OtPlan` besides the distance and the diagram.
@@ -385,9 +363,8 @@ def distances(sources, target, **options):
     if not (isinstance(sources, _Diracs) and sources.batched):
         raise TypeError("distances takes a BatchOfSumOfDiracs or BatchOfSumOfWeightedDiracs")
     sources, target = align(sources, target)
-    if aac.is_jax_array(sources.positions) and _jax_on_host(aac.array_namespace(sources.positions), newton.Problem(
-            _autodiff.detach(sources.positions), _autodiff.detach(sources.weights),
-            PixelDensity(*(_autodiff.detach(a) for a in (target.values, *target.domain))))) is None:
+    if aac.is_jax_array(sources.positions) and _driver.host_views(sources.positions, sources.weights,
+                                                                   target.values, *target.domain) is None:
         import jax
 
         _driver.compute_dtype(aac.array_namespace(sources.positions))   # x64 policy first

@@ -6,7 +6,7 @@ import numpy as np
 import array_api_compat as aac
 
 from . import _driver
-from ._core._compat import host_view, namespace as namespace_of
+from ._core._compat import namespace as namespace_of
 from ._driver import _to_host as _to_numpy
 from ._core import newton, plan
 from ._core.density import PixelDensity
@@ -89,11 +89,9 @@ class PowerDiagram:
             seeds, psi, lo, hi = (xp.astype(a, dtype) for a in (self.positions, self.weights, lo, hi))
             dens = PixelDensity(xp.ones((1, 1), dtype=dtype), lo, hi)
             core_xp, core = xp, (seeds, psi, dens)
-            if aac.is_jax_namespace(xp):     # concrete on the CPU: the NumPy core, nothing compiles
-                views = [host_view(a) for a in (seeds, psi, *dens)]
-                if all(v is not None for v in views):
-                    core = views[0], views[1], PixelDensity(*views[2:])
-                    core_xp = namespace_of(views[0])
+            views = _driver.host_views(seeds, psi, *dens) if aac.is_jax_namespace(xp) else None
+            if views is not None:           # concrete JAX on the CPU: the NumPy core, nothing compiles
+                core_xp, core = namespace_of(views[0]), (views[0], views[1], PixelDensity(*views[2:]))
             cells, moments, _ = plan.diagram(core_xp, *core)
             self._state = (newton.Problem(seeds, None, dens), cells, moments)
         return self._state

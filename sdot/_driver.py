@@ -15,7 +15,8 @@ import warnings
 import array_api_compat as aac
 import numpy as np
 
-from ._core._compat import is_traced, namespace as namespace_of
+from ._autodiff import detach
+from ._core._compat import host_view, is_traced, namespace as namespace_of
 
 __all__ = ["Driver", "driver", "to_array", "namespace", "compute_dtype",
            "device_of", "is_tracer", "convert_like"]
@@ -326,6 +327,20 @@ def convert_like(x, like):
         return jax.device_put(host, device)
     xp = aac.array_namespace(like)
     return xp.asarray(host, device=device_of(like))
+
+
+def host_views(*arrays):
+    """NumPy views (no copy) of the concrete CPU ``arrays`` (cut from any autodiff graph), or
+    None if one has none (traced, on a GPU, array_api_strict)."""
+    views = [host_view(detach(a)) for a in arrays]
+    return None if any(v is None for v in views) else views
+
+
+def checkable(*arrays):
+    """``(namespace, arrays)`` to check the values of ``arrays`` with: NumPy and views where
+    all have one (JAX would compile every check for every shape), else their namespace."""
+    views = host_views(*arrays)
+    return (np, views) if views is not None else (namespace(*arrays), [detach(a) for a in arrays])
 
 
 def _to_host(x):

@@ -16,7 +16,6 @@ import array_api_compat as aac
 import numpy as np
 
 from . import _driver
-from ._core._compat import host_view
 from ._driver import device_of, is_tracer, namespace, to_array
 
 __all__ = ["align", "SumOfDiracs", "SumOfWeightedDiracs", "BatchOfSumOfDiracs",
@@ -36,13 +35,6 @@ def _known(flag):
         return True
 
 
-def _checkable(x):
-    """``(namespace, array)`` to check the values of the concrete ``x`` with: NumPy and a
-    view where there is one (CPU torch and JAX: JAX would compile each check per shape)."""
-    view = host_view(x)
-    return (np, view) if view is not None else (namespace(x), x)
-
-
 def _concrete_jax(x):
     return aac.is_jax_array(x) and not is_tracer(x)
 
@@ -54,7 +46,7 @@ def _check_values(x, name, *, nonneg=True, nonzero_axis=False):
     """
     if is_tracer(x):
         return
-    xp, x = _checkable(x)
+    xp, (x,) = _driver.checkable(x)
     if not _known(xp.all(xp.isfinite(x))):
         raise ValueError(f"{name} contains NaN or infinite values")
     if nonneg and not _known(xp.all(x >= 0)):
@@ -80,7 +72,7 @@ def _check_mass(mass):
     if mass.ndim != 0:
         raise ValueError(f"mass must be a scalar, got shape {tuple(mass.shape)}")
     if not is_tracer(mass):
-        xp, value = _checkable(mass)
+        xp, (value,) = _driver.checkable(mass)
         if not _known(xp.isfinite(value) & (value > 0)):
             raise ValueError("mass must be a finite number > 0")
     return mass
