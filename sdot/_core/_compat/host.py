@@ -73,6 +73,12 @@ def host_any(xp, mask) -> bool:
     return bool(xp.any(mask))
 
 
+def known_none(xp, mask) -> bool:
+    """True only if ``mask`` is known to hold no true entry: eagerly ``not any(mask)``,
+    False under static shapes (where work skipped on ``not host_any`` would be lost)."""
+    return not static_shapes(mask) and not bool(xp.any(mask))
+
+
 def host_share(xp, mask) -> float:
     """Host share of the true entries of ``mask`` in eager mode; 0 under static shapes."""
     if static_shapes(mask) or mask.shape[0] == 0:

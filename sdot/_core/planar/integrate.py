@@ -268,7 +268,7 @@ def _far_origins(xp, vertices, count):
     ``None`` eagerly when no cell is that far (the common case: nothing changes)."""
     first = vertices[:, 0, :]
     far = (count > 0) & (xp.max(xp.abs(first), axis=1) > FAR)
-    if not _compat.static_shapes(vertices, count) and not _compat.host_any(xp, far):
+    if _compat.known_none(xp, far):
         return None
     return xp.where(far[:, None], first, 0.0)
 

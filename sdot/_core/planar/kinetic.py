@@ -159,7 +159,7 @@ def _updated(xp, seeds, psi, active, lo, hi, previous):
     cells = previous._replace(vertices=verts, certified=xp.asarray(False, device=dev), **{
         f: xp.asarray(getattr(previous, f), copy=True) for f in ("labels", "count", "overflow")})
     retry = ~ok & xp.any(reversed_, axis=1)
-    if not _compat.static_shapes(retry) and not _compat.host_any(xp, retry):
+    if _compat.known_none(xp, retry):
         return cells, ok, flipped
     rows, _ = _compat.select(xp, retry, pg.budget(xp, retry))     # padding rows: retry False
     sub = pg.take_rows(xp, cells, rows)
