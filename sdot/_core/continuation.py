@@ -41,15 +41,17 @@ def blur_matrix(xp, n: int, width, like):
 
 
 def blurred(xp, density, width, lo, hi):
-    """``density`` (nx, ny) on the box ``[lo, hi]`` blurred to ``width`` (a 0-d array > 0,
-    in units of the domain): the same grid, the same total mass, positive everywhere."""
-    nx, ny = density.shape
-    return blurred_in_pixels(xp, density, width * nx / (hi[0] - lo[0]), width * ny / (hi[1] - lo[1]))
+    """``density`` (n_0, ..., n_{d-1}) on the box ``[lo, hi]`` blurred to ``width`` (a 0-d
+    array > 0, in units of the domain): the same grid, the same total mass, positive
+    everywhere."""
+    return blurred_in_pixels(xp, density, *(width * n / (hi[a] - lo[a]) for a, n in enumerate(density.shape)))
 
 
-def blurred_in_pixels(xp, density, wx, wy):
-    """:func:`blurred` with the width in pixels along each axis."""
-    nx, ny = density.shape
-    bx = blur_matrix(xp, nx, wx, density)
-    by = blur_matrix(xp, ny, wy, density)
-    return xp.matmul(xp.matmul(bx, density), xp.permute_dims(by, (1, 0)))
+def blurred_in_pixels(xp, density, *widths):
+    """:func:`blurred` with the width in pixels along each axis: the blur matrix of each
+    axis applied along it (the kernel is separable)."""
+    out = density
+    for axis, width in enumerate(widths):
+        b = blur_matrix(xp, density.shape[axis], width, density)
+        out = xp.moveaxis(xp.tensordot(b, out, axes=([1], [axis])), 0, axis)
+    return out

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from . import _compat, planar
+from . import _compat, geometry
 
 
 class GradientState(NamedTuple):
@@ -56,5 +56,5 @@ def mass_gradient(xp, seeds, lo, hi, state):
     empty = ~xp.take(state.active, state.rep)
     own = xp.take(state.psi, state.rep)
     return _compat.cond(xp.any(empty),
-                        lambda: xp.where(empty, planar.c_transform(xp, seeds, state.cells, state.psi), own),
+                        lambda: xp.where(empty, geometry.of_seeds(seeds).c_transform(xp, seeds, state.cells, state.psi), own),
                         lambda: own)

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, planar
+from . import _compat, geometry
 from .options import DEFAULT, DIAGRAM
 
 
@@ -110,10 +110,10 @@ def group_duplicates(xp, seeds, masses, weights=None):
     return rep, active, xp.where(active, group_mass, 0.0)
 
 
-def evaluate(xp, prob, psi, active, candidates=None, capacity=planar.CAPACITY, previous=None,
+def evaluate(xp, prob, psi, active, candidates=None, capacity=None, previous=None,
              trial=None, diagram=DIAGRAM):
-    """The :class:`Evaluation` at weights ``psi``: see :func:`.planar.power_cells` for
-    ``candidates``, ``capacity``, ``previous`` (cells at other weights) and ``diagram``
+    """The :class:`Evaluation` at weights ``psi``: see :func:`.planar.power_cells` (the
+    geometry of the dimension, :mod:`.geometry`) for ``candidates``, ``capacity``, ``previous`` (cells at other weights) and ``diagram``
     (its ``options``).
 
     ``trial``: a predicate (may be traced) that the diagram is a damping trial, which
@@ -123,8 +123,10 @@ def evaluate(xp, prob, psi, active, candidates=None, capacity=planar.CAPACITY, p
     ``t`` at which :func:`.planar.hiding_step` proves a seed hidden.)
     """
     stop = trial is not None and _compat.host_any(xp, trial)
-    cells = planar.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi, candidates, capacity,
-                               previous=previous, stop_if_empty=stop, options=diagram)
+    geom = geometry.of_seeds(prob.seeds)
+    capacity = geom.CAPACITY if capacity is None else capacity
+    cells = geom.power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi, candidates, capacity,
+                             previous=previous, stop_if_empty=stop, options=diagram)
     if stop and _compat.host_any(xp, ~cells.certified):
         return _without_integrals(xp, cells, prob.seeds.shape[1])
     moments, facet = prob.density.integrals(xp, prob.seeds, cells)
@@ -290,7 +292,7 @@ def similarity_weights(xp, prob, options):
     return _compat.dot(y, y) - 2.0 * w
 
 
-def initial_weights(xp, prob, active, targets, options, capacity=planar.CAPACITY):
+def initial_weights(xp, prob, active, targets, options, capacity=None):
     """The start: ``(psi, evaluation, width)``, the evaluation against the density blurred
     to ``width`` (0: the density itself).
 
@@ -350,7 +352,7 @@ class _Stage(NamedTuple):
     overflowed: object
 
 
-def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=planar.CAPACITY,
+def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
           min_step=2.0 ** -30, options=DEFAULT):
     """Damped Newton from :func:`initial_weights`, through the widths of
     :mod:`.continuation` if the start needs them. Returns a :class:`Solution`.
@@ -415,11 +417,11 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=planar.CA
         stage_prob = at_width(st.width)
         _, norm0 = error(st.ev.moments, st.width)
         # the hiding step's fans, eagerly on NumPy on another core during the host's sparse solve
-        fans = _compat.in_background(lambda: planar.fans(xp, prob.seeds, st.psi, active, st.ev.cells), st.psi)
+        fans = _compat.in_background(lambda: geometry.of_seeds(prob.seeds).fans(xp, prob.seeds, st.psi, active, st.ev.cells), st.psi)
         d = newton_direction(xp, prob, st.ev, active, goal(st.width) - st.ev.moments[:, 0], options.regularisation, solver,
                              _linear_rtol(xp, tol, norm0, options.forcing, spread),
                              fresh=st.it == 0)
-        hidden_at = planar.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans)
+        hidden_at = geometry.of_seeds(prob.seeds).hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans)
         t1 = xp.minimum(st.first, options.hiding_margin * hidden_at)
         # a failed linear solve gives a non-finite direction: no trial
         no = xp.asarray(False, device=dev)

@@ -12,12 +12,12 @@ same computation, bit for bit, and W2^2 changes by the exact factor.
 """
 from __future__ import annotations
 
-from . import _compat, newton, planar
+from . import _compat, geometry, newton
 from .gradients import GradientState
 from .options import DEFAULT
 
 
-def solve_plan(xp, prob, tol, max_iter, log=None, capacity=planar.CAPACITY, options=DEFAULT):
+def solve_plan(xp, prob, tol, max_iter, log=None, capacity=None, options=DEFAULT):
     """Solve ``prob`` with the Newton ``options`` (a :class:`.options.NewtonOptions`); a
     dict of arrays (see :class:`sdot.OtPlan`), with the ``solution``, the ``active`` mask,
     the :class:`GradientState` ``state`` and ``overflow`` (a cell needed more than
@@ -89,15 +89,15 @@ def diagram(xp, seeds, psi, density):
     _, active, _ = newton.group_duplicates(xp, seeds, xp.ones_like(psi), psi)
     prob = newton.Problem(seeds, None, density)
     return grown_until_fits(lambda capacity: newton.evaluate(xp, prob, psi, active, capacity=capacity),
-                            lambda ev: xp.any(ev.cells.overflow))
+                            lambda ev: xp.any(ev.cells.overflow), seeds.shape[1])
 
 
-def grown_until_fits(run, overflowed):
-    """``run(capacity)`` from :data:`.planar.CAPACITY` vertex slots, run again with twice
+def grown_until_fits(run, overflowed, dim=2):
+    """``run(capacity)`` from the ``CAPACITY`` of the geometry of dimension ``dim`` (:mod:`.geometry`), run again with twice
     as many (up to 1024) while ``overflowed(result)``. Eagerly the cells grow by
     themselves; with static shapes they cannot, and only a concrete flag can be retried
     (traced, the overflow is reported: the solve gives nan)."""
-    capacity = planar.CAPACITY
+    capacity = geometry.of(dim).CAPACITY
     while True:
         out = run(capacity)
         flag = overflowed(out)

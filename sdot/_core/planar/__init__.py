@@ -24,8 +24,9 @@ cells, used by :class:`..density.PixelDensity`).
 """
 from __future__ import annotations
 
+from . import integrate
 from .diagram import c_transform, power_cells
 from .hiding import fans, hiding_step
 from .polygons import CAPACITY
 
-__all__ = ["CAPACITY", "c_transform", "fans", "hiding_step", "power_cells"]
+__all__ = ["CAPACITY", "c_transform", "fans", "hiding_step", "integrate", "power_cells"]

@@ -1,0 +1,35 @@
+"""The geometry of each dimension: which package builds the cells and integrates over them.
+
+A geometry package (:mod:`.planar` for 2D, :mod:`.spatial` for 3D, :mod:`.linear` for 1D)
+exposes what the dimension-free core asks of the cells:
+
+- ``CAPACITY``: the first slot capacity of a cell;
+- ``power_cells(xp, seeds, psi, active, lo, hi, candidates, capacity, previous=,
+  stop_if_empty=, options=)``: the cells at weights ``psi`` (a NamedTuple with at least
+  ``labels`` (n, V), the neighbour across each facet slot, ``count`` (n,), ``overflow`` (n,),
+  ``certified`` () and ``vertices`` (n, V', d) relative to the seeds);
+- ``fans`` and ``hiding_step``: the Newton step length that certainly empties a cell
+  (``inf`` where the geometry has no such bound);
+- ``c_transform(xp, seeds, cells, psi)``: ``min_x |x - y_i|^2 - phi(x)`` over the domain;
+- ``integrate.cell_integrals(xp, seeds, cells, values, lo, hi)`` and
+  ``integrate.potential_integrals(xp, seeds, cells, psi, lo, hi, shape)``: the exact integrals
+  of a piecewise-constant grid density (:class:`.density.PixelDensity`).
+"""
+from __future__ import annotations
+
+import importlib
+
+#: The package of each supported dimension.
+PACKAGES = {1: "linear", 2: "planar", 3: "spatial"}
+
+
+def of(dim: int):
+    """The geometry package of dimension ``dim`` (a ``NotImplementedError`` for others)."""
+    if dim not in PACKAGES:
+        raise NotImplementedError(f"sdot solves problems in dimensions {sorted(PACKAGES)}, not {dim}")
+    return importlib.import_module(f".{PACKAGES[dim]}", __package__)
+
+
+def of_seeds(seeds):
+    """The geometry package of ``seeds`` (n, d)."""
+    return of(seeds.shape[1])
