@@ -72,8 +72,8 @@ def _check_pair(source, target):
         raise TypeError(f"source must be a sum of Diracs (SumOfDiracs, ...), got {type(source).__name__}")
     if not isinstance(target, PolynomialGrid):
         raise TypeError(f"target must be a PolynomialGrid or Grid, got {type(target).__name__}")
-    if source.dim != 2:
-        raise NotImplementedError(f"sdot solves 2D problems for now; the source has dimension {source.dim}")
+    if source.dim not in (2, 3):
+        raise NotImplementedError(f"sdot solves 2D and 3D problems; the source has dimension {source.dim}")
     target = target.with_dim(source.dim)
     if target.degree > 0:
         raise NotImplementedError(

@@ -46,7 +46,7 @@ def delaunay_neighbours(xp, points, width=None, weights=None, active=None):
 
 def regular_neighbours(xp, points, weights, active):
     """Neighbours of each active point in the regular (weighted Delaunay)
-    triangulation of ``points`` with ``weights``, ``(n, W)``, -1 padding.
+    triangulation of ``points`` with ``weights`` (None: Delaunay), ``(n, W)``, -1 padding.
 
     The triangulation is the lower convex hull of the lifted points
     ``(y_i, |y_i - c|^2 - psi_i)``; point i's power cell is the intersection of
@@ -54,7 +54,10 @@ def regular_neighbours(xp, points, weights, active):
     can cut it. Rows of hidden (empty-celled) and inactive points are all -1.
     Eagerly on the host only (scipy's Qhull); None otherwise or if Qhull fails.
     """
-    table = on_host(host_triangulation.regular_table, points, weights, active)
+    if weights is None:
+        table = on_host(lambda p, a: host_triangulation.regular_table(p, None, a), points, active)
+    else:
+        table = on_host(host_triangulation.regular_table, points, weights, active)
     return None if table is None else from_host(xp, table, points)
 
 

@@ -98,9 +98,10 @@ def regular_table(p, psi=None, active=None):
     except (QhullError, ValueError):                # too few points, all collinear or coplanar
         if psi is not None:
             return None
-        tri = np.zeros((0, 3), np.int64)
-    a = tri.reshape(-1)
-    b = np.roll(tri, 1, axis=1).reshape(-1)
+        tri = np.zeros((0, p.shape[1] + 1), np.int64)
+    corners = tri.shape[1]                          # 3 in 2D (triangles), 4 in 3D (tetrahedra)
+    a = np.concatenate([tri[:, i] for i in range(corners) for j in range(i + 1, corners)])
+    b = np.concatenate([tri[:, j] for i in range(corners) for j in range(i + 1, corners)])
     pairs = np.sort(np.concatenate([a * n + b, b * n + a]))
     pairs = pairs[np.concatenate([pairs[:1] >= 0, pairs[1:] != pairs[:-1]])]
     row, col = pairs // n, pairs % n
@@ -242,7 +243,7 @@ def rings(p, psi, active, stop_if_hidden=False):
 
 
 def lower_triangles(p, psi, keep, strict=False):
-    """Triangles of the regular triangulation of the points ``keep``: the lower
+    """Simplices (triangles in 2D, tetrahedra in 3D) of the regular triangulation of the points ``keep``: the lower
     facets of the hull of ``(y_i, |y_i - c|^2 - psi_i)`` (Delaunay if ``psi`` is None).
     Returns ``(order, tri)``: ``keep`` in Morton order (Qhull is faster on spatially
     sorted points) and the triangles (T, 3) as positions in it (nearby points, nearby
@@ -255,7 +256,8 @@ def lower_triangles(p, psi, keep, strict=False):
         return keep, Delaunay(p[keep]).simplices
     q = p[keep] - np.median(p[keep], axis=0)    # (not the mean, which a far point drags away)
     hull = ConvexHull(np.column_stack([q, np.sum(q * q, axis=1) - psi[keep]]), qhull_options="Qt")
-    lower = hull.equations[:, 2] < 0 if strict else hull.equations[:, 2] <= 0
+    lift = hull.equations[:, p.shape[1]]
+    lower = lift < 0 if strict else lift <= 0
     return keep, hull.simplices[lower]
 
 
