@@ -42,29 +42,50 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     ``overflow`` flags report it. ``stop_if_empty``: eagerly, a diagram with an empty active
     cell is returned uncertified as soon as it is found (a rejected damping trial).
     """
-    n = seeds.shape[0]
     dev = aac.device(seeds)
-    rows = xp.arange(n, dtype=xp.int64, device=dev)
     if candidates is None and previous is not None:
         candidates = xp.where(previous.labels >= 0, previous.labels, -1)
+    if _compat.static_shapes(seeds):
+        fresh = lambda: first_cells(xp, seeds, psi, active, lo, hi, capacity)
+        if candidates is None:
+            return fresh()
+        cells = _clipped(xp, seeds, psi, active, lo, hi, capacity, candidates)
+        exact = tiles_the_box(xp, cells, lo, hi)
+        return _compat.cond(exact, lambda: cells._replace(certified=exact), fresh)
     if candidates is not None:
-        cells = clip_by(xp, seeds, psi, active, box_cells(xp, seeds, lo, hi, active, capacity), rows, candidates)
+        cells = _clipped(xp, seeds, psi, active, lo, hi, capacity, candidates)
         if stop_if_empty and _compat.host_any(xp, active & (cells.count == 0)):
             return cells._replace(certified=xp.asarray(False, device=dev))
-        exact = tiles_the_box(xp, cells, lo, hi)
-        if _compat.static_shapes(seeds) or _compat.host_any(xp, exact):
-            return _grown_if_overflowing(xp, cells._replace(certified=exact), seeds, psi, active, lo, hi, candidates,
-                                         capacity, previous, stop_if_empty, options)
-    cells = None if _compat.static_shapes(seeds) else regular_cells(xp, seeds, psi, active, lo, hi, capacity)
-    if cells is None:
-        cells = nearest_cells(xp, seeds, psi, active, lo, hi, capacity)
+        if _compat.host_any(xp, tiles_the_box(xp, cells, lo, hi)):
+            return _grown_if_overflowing(xp, cells._replace(certified=xp.asarray(True, device=dev)), seeds, psi, active,
+                                         lo, hi, candidates, capacity, previous, stop_if_empty, options)
+    cells = first_cells(xp, seeds, psi, active, lo, hi, capacity)
     return _grown_if_overflowing(xp, cells, seeds, psi, active, lo, hi, None, capacity, None, stop_if_empty, options)
 
 
+def _clipped(xp, seeds, psi, active, lo, hi, capacity, candidates):
+    rows = xp.arange(seeds.shape[0], dtype=xp.int64, device=aac.device(seeds))
+    return clip_by(xp, seeds, psi, active, box_cells(xp, seeds, lo, hi, active, capacity), rows, candidates)
+
+
+def first_cells(xp, seeds, psi, active, lo, hi, capacity: int):
+    """Cells without a previous diagram: from the regular triangulation on the host
+    (:func:`regular_cells`), else from the nearest seeds (:func:`nearest_cells`)."""
+    cells = regular_cells(xp, seeds, psi, active, lo, hi, capacity)
+    return nearest_cells(xp, seeds, psi, active, lo, hi, capacity) if cells is None else cells
+
+
 def regular_cells(xp, seeds, psi, active, lo, hi, capacity: int):
-    """Eagerly on the host, every cell clipped by its neighbours in the regular
-    triangulation (the seeds that cut it: exact), hidden seeds' cells empty; None without
-    a host or if Qhull fails (degenerate inputs)."""
+    """Every cell clipped by its neighbours in the regular triangulation (the seeds that cut
+    it: exact), hidden seeds' cells empty, from Qhull on the host; under ``jax.jit`` through
+    a host callback, the first ``capacity - 6`` neighbours, certified by the volume sum. None
+    without a host or if Qhull fails (degenerate inputs)."""
+    if _compat.static_shapes(seeds):
+        table = _compat.delaunay_neighbours(xp, seeds, capacity - 6, psi, active)
+        if table is None:
+            return None
+        cells = _clipped(xp, seeds, psi, active, lo, hi, capacity, table)
+        return cells._replace(certified=tiles_the_box(xp, cells, lo, hi))
     equal = _compat.on_host(lambda w, a: bool(a.any()) and float(w[a].max() - w[a].min()) == 0.0, psi, active)
     if equal is None:
         return None
@@ -72,9 +93,7 @@ def regular_cells(xp, seeds, psi, active, lo, hi, capacity: int):
     table = _compat.regular_neighbours(xp, seeds, None if equal else psi, active)
     if table is None:
         return None
-    n = seeds.shape[0]
-    rows = xp.arange(n, dtype=xp.int64, device=aac.device(seeds))
-    cells = clip_by(xp, seeds, psi, active, box_cells(xp, seeds, lo, hi, active, capacity), rows, table)
+    cells = _clipped(xp, seeds, psi, active, lo, hi, capacity, table)
     hidden = active & (table[:, 0] < 0) & (xp.sum(xp.astype(active, xp.int64)) > 1)
     return cells._replace(size=xp.where(hidden, 0, cells.size), count=xp.where(hidden, 0, cells.count),
                           certified=xp.asarray(True, device=aac.device(seeds)))
