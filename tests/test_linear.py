@@ -198,6 +198,11 @@ def test_gap_boundary_is_the_midpoint_clamped_into_the_gap(eager_backend):
         a, b = y
         # at the boundary the two power functions are equal
         assert (boundary - a) ** 2 - psi[0] == pytest.approx((boundary - b) ** 2 - psi[1], abs=1e-15)
+    # a gap the input means, whose level the Diracs' and the density's cumulative sums reach
+    # only up to rounding (0.5 and 0.49999999999999994): still the midpoint 1/2
+    y = np.linspace(0.05, 0.95, 10)
+    psi = plan_of(eager_backend, y, [1.0] * 5 + [0.0] + [1.0] * 5)["brenier_potential"]
+    assert (0.5 - y[4]) ** 2 - psi[4] == pytest.approx((0.5 - y[5]) ** 2 - psi[5], abs=1e-15)
 
 
 def test_duplicates_and_zero_masses(eager_backend):
@@ -235,6 +240,20 @@ def test_translation_and_permutation(eager_backend):
     assert float(permuted["distance"]) == pytest.approx(float(base["distance"]), rel=1e-14)
     for f in ("barycenters", "cell_masses", "brenier_potential"):
         np.testing.assert_allclose(permuted[f], base[f][perm], atol=1e-14)
+
+
+def test_rounding_does_not_accumulate(sdot_driver):
+    """The last cell's mass is the total less the cumulative masses of the others: prefix
+    sums in blocks keep its error to rounding (sequential sums: 2e-12 at 1e5 Diracs in FP64,
+    9e-6 at 1000 in FP32)."""
+    sdot_driver.framework = "numpy"
+    rng = np.random.default_rng(6)
+    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs1d(rng.random(100000)), sdot.Grid(rng.random(1000)))
+    assert float(plan.residual) <= 1e-14
+    sdot_driver.dtype = "FP32"
+    y, values = rng.random(1000).astype(np.float32), rng.random(50).astype(np.float32)
+    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs1d(y), sdot.Grid(values))
+    assert plan.distance.dtype == np.float32 and float(plan.residual) <= 1e-6
 
 
 def test_sum_of_diracs_1d_is_sum_of_diracs_on_a_line(eager_backend):
