@@ -54,6 +54,8 @@ class OtPlan:
     ``status`` (0: converged; 1: ``max_iter`` reached; 2: stalled, no admissible step;
     3: the last diagram could not be certified). A partial plan's masses, barycentres
     and distance are those of its weights' diagram against the density itself.
+    In 1D the plan is the sorted closed form: no Newton step (``iterations`` 0), exact up
+    to rounding (``residual`` is that rounding).
     """
 
     distance: object
@@ -72,8 +74,8 @@ def _check_pair(source, target):
         raise TypeError(f"source must be a sum of Diracs (SumOfDiracs, ...), got {type(source).__name__}")
     if not isinstance(target, PolynomialGrid):
         raise TypeError(f"target must be a PolynomialGrid or Grid, got {type(target).__name__}")
-    if source.dim not in (2, 3):
-        raise NotImplementedError(f"sdot solves 2D and 3D problems; the source has dimension {source.dim}")
+    if source.dim not in (1, 2, 3):
+        raise NotImplementedError(f"sdot solves problems in 1, 2 and 3 dimensions; the source has dimension {source.dim}")
     target = target.with_dim(source.dim)
     if target.degree > 0:
         raise NotImplementedError(
@@ -277,7 +279,7 @@ def _solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
         solve = _jax_solve_plan() if aac.is_jax_namespace(xp) else functools.partial(plan.solve_plan, xp)
         res = plan.grown_until_fits(lambda capacity: solve(cut, tol=tol, max_iter=max_iter, log=log,
                                                            capacity=capacity, options=options),
-                                    lambda res: res["overflow"])
+                                    lambda res: res["overflow"], cut.seeds.shape[1])
     else:
         with _autodiff.without_autodiff(xp):
             res = plan.solve_plan(xp, cut, tol, max_iter, log=log, options=options)

@@ -18,25 +18,33 @@ class Cell:
     """One Laguerre cell (built on demand by :attr:`PowerDiagram.cells`).
 
     Attributes: ``index``; ``measure`` (mass of the density on the cell: the
-    area for a diagram without target); ``barycenter`` ``(d,)`` (the seed if
-    the cell is empty); ``vertices`` ``(k, 2)`` counter-clockwise, absolute
-    coordinates; ``facets``: list of ``(neighbour, (start, end))`` where
+    area for a diagram without target, the length in 1D); ``barycenter`` ``(d,)`` (the
+    seed if the cell is empty); ``vertices`` ``(k, 2)`` counter-clockwise, absolute
+    coordinates (in 1D ``(2, 1)``: the interval's ends, left then right; ``(0, 1)`` if
+    empty); ``facets``: list of ``(neighbour, (start, end))`` where
     ``neighbour`` is the index of the adjacent seed, or ``-1 - side`` for a
-    side of the domain (0: y = lo, 1: x = hi, 2: y = hi, 3: x = lo).
+    side of the domain (0: y = lo, 1: x = hi, 2: y = hi, 3: x = lo; in 1D, 0: lo,
+    1: hi, and a facet is an end point: ``start`` and ``end`` are that point).
     """
 
     def __init__(self, index, measure, barycenter, vertices, labels):
         self.index, self.measure, self.barycenter, self.vertices = index, measure, barycenter, vertices
         k = len(vertices)
-        self.facets = [(int(labels[a]), (vertices[a], vertices[(a + 1) % k])) for a in range(k)]
+        if vertices.shape[-1] == 1:         # an interval: its two ends
+            self.facets = [(int(labels[a]), (vertices[a], vertices[a])) for a in range(k)]
+        else:
+            self.facets = [(int(labels[a]), (vertices[a], vertices[(a + 1) % k])) for a in range(k)]
 
     def plot(self, ax=None, **style):
-        """Draw the cell boundary with matplotlib (optional dependency)."""
+        """Draw the cell boundary with matplotlib (optional dependency); in 1D the
+        interval, on the line y = 0."""
         import matplotlib.pyplot as plt
 
         ax = plt.gca() if ax is None else ax
         v = _to_numpy(self.vertices)
-        if len(v):
+        if len(v) and v.shape[1] == 1:
+            ax.plot(v[:, 0], [0.0, 0.0], **({"color": "k", "lw": 0.5, "marker": "|"} | style))
+        elif len(v):
             closed = np.concatenate([v, v[:1]])
             ax.plot(closed[:, 0], closed[:, 1], **({"color": "k", "lw": 0.5} | style))
         return ax
@@ -52,26 +60,29 @@ class PowerDiagram:
 
     Parameters
     ----------
-    positions : array_like, shape (n, 2)
+    positions : array_like, shape (n, 2), or (n, 1) or (n,) on a line
     weights : array_like, shape (n,), optional
         Default 0 (the Voronoi diagram).
     domain : pair (lo, hi), optional
-        Default the unit square.
+        Default the unit square (the unit interval in 1D).
     """
 
     def __init__(self, positions, weights=None, domain=None):
         from ._grids import Grid
-        from ._measures import SumOfDiracs
+        from ._measures import SumOfDiracs, SumOfDiracs1d
 
-        src = SumOfDiracs(positions)
-        if src.dim != 2:
-            raise NotImplementedError(f"PowerDiagram is 2D for now; positions have dimension {src.dim}")
+        on_line = getattr(positions, "ndim", None) == 1 or (
+            not hasattr(positions, "ndim") and np.ndim(positions) == 1)
+        src = SumOfDiracs1d(positions) if on_line else SumOfDiracs(positions)
+        if src.dim not in (1, 2):
+            raise NotImplementedError(f"PowerDiagram is 1D or 2D for now; positions have dimension {src.dim}")
         xp = _driver.namespace(src.positions)
         w = xp.zeros((src.n,), dtype=src.positions.dtype) if weights is None else _driver.to_array(weights, "weights")
         if tuple(w.shape) != (src.n,):
             raise ValueError(f"weights must have shape ({src.n},), got {tuple(w.shape)}")
         self.positions, self.weights = src.positions, w
-        self._target = Grid(xp.ones((1, 1), dtype=src.positions.dtype), domain=domain, mass=None)
+        self._target = Grid(xp.ones((1,) * src.dim, dtype=src.positions.dtype), domain=domain,
+                            mass=None).with_dim(src.dim)
         self._state = None
 
     @classmethod
@@ -87,7 +98,7 @@ class PowerDiagram:
             xp = _driver.namespace(self.positions, self.weights, lo)
             dtype = _driver.compute_dtype(xp)
             seeds, psi, lo, hi = (xp.astype(a, dtype) for a in (self.positions, self.weights, lo, hi))
-            dens = PixelDensity(xp.ones((1, 1), dtype=dtype), lo, hi)
+            dens = PixelDensity(xp.ones((1,) * seeds.shape[1], dtype=dtype), lo, hi)
             core_xp, core = xp, (seeds, psi, dens)
             views = _driver.host_views(seeds, psi, *dens) if aac.is_jax_namespace(xp) else None
             if views is not None:           # concrete JAX on the CPU: the NumPy core, nothing compiles
@@ -106,7 +117,7 @@ class PowerDiagram:
         out = []
         for i in range(seeds.shape[0]):
             k = int(count[i])
-            bary = seeds[i] + (mom[i, 1:3] / mom[i, 0] if mom[i, 0] > 0 else 0.0)
+            bary = seeds[i] + (mom[i, 1:-1] / mom[i, 0] if mom[i, 0] > 0 else 0.0)
             out.append(Cell(i, mom[i, 0], bary, verts[i, :k] + seeds[i], labels[i, :k]))
         return out
 
@@ -133,6 +144,8 @@ class PowerDiagram:
         prob, cells, _ = self._compute()
         seeds = _to_numpy(prob.seeds)
         verts, count = _to_numpy(cells.vertices), _to_numpy(cells.count)
+        if seeds.shape[1] == 1:
+            return _plot_intervals(ax, seeds[:, 0], verts[:, :, 0] + seeds, count > 0, points, style)
         k = np.arange(verts.shape[1])
         nxt = np.where(k[None, :] + 1 < count[:, None], k[None, :] + 1, 0)
         a = verts + seeds[:, None, :]
@@ -150,3 +163,18 @@ class PowerDiagram:
 
     def __repr__(self):
         return f"PowerDiagram(n={self.positions.shape[0]})"
+
+
+def _plot_intervals(ax, seeds, ends, live, points, style):
+    """:meth:`PowerDiagram.plot` in 1D: the cells' ends as ticks on the line y = 0, each seed
+    joined to its cell by a thin segment."""
+    ends = ends[live]
+    ax.plot([ends.min(), ends.max()], [0.0, 0.0], **({"color": "k", "lw": 0.5} | style))
+    ax.plot(np.unique(ends), np.zeros(len(np.unique(ends))), "|", color="k", ms=12)
+    if points:
+        ax.plot(seeds, np.full(len(seeds), 0.1), ".", ms=4, color="C3")
+        mid = ends.mean(axis=1)
+        ax.plot(np.stack([seeds[live], mid]), np.stack([np.full(len(mid), 0.1), np.zeros(len(mid))]),
+                color="C3", lw=0.3)
+    ax.autoscale_view()
+    return ax

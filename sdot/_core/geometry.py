@@ -13,7 +13,10 @@ exposes what the dimension-free core asks of the cells:
 - ``c_transform(xp, seeds, cells, psi)``: ``min_x |x - y_i|^2 - phi(x)`` over the domain;
 - ``integrate.cell_integrals(xp, seeds, cells, values, lo, hi)`` and
   ``integrate.potential_integrals(xp, seeds, cells, psi, lo, hi, shape)``: the exact integrals
-  of a piecewise-constant grid density (:class:`.density.PixelDensity`).
+  of a piecewise-constant grid density (:class:`.density.PixelDensity`);
+- optionally ``solve(xp, prob, active, targets, log=)``: a direct solve that replaces the
+  Newton loop (1D, :mod:`.linear`: the sorted closed form), a :class:`.newton.Solution`
+  in the problem's units.
 """
 from __future__ import annotations
 

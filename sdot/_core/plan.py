@@ -18,15 +18,20 @@ from .options import DEFAULT
 
 
 def solve_plan(xp, prob, tol, max_iter, log=None, capacity=None, options=DEFAULT):
-    """Solve ``prob`` with the Newton ``options`` (a :class:`.options.NewtonOptions`); a
+    """Solve ``prob`` with the Newton ``options`` (a :class:`.options.NewtonOptions`), or by
+    the geometry's closed form if it has one (``solve``: 1D, :mod:`.linear`); a
     dict of arrays (see :class:`sdot.OtPlan`), with the ``solution``, the ``active`` mask,
     the :class:`GradientState` ``state`` and ``overflow`` (a cell needed more than
     ``capacity`` vertices, or a solve that did not converge rejected trials whose cells
     did: only under tracing)."""
     rep, active, targets = newton.group_duplicates(xp, prob.seeds, prob.masses)
-    unit, scale = normalised(xp, prob)
-    sol = newton.solve(xp, unit, tol, max_iter, active, targets, log=log, capacity=capacity, options=options)
-    sol = sol._replace(psi=sol.psi * (scale * scale), evaluation=_in_units(xp, sol.evaluation, scale))
+    closed_form = getattr(geometry.of_seeds(prob.seeds), "solve", None)
+    if closed_form is not None:             # 1D: sorted, in closed form, in the problem's units
+        sol = closed_form(xp, prob, active, targets, log=log)
+    else:
+        unit, scale = normalised(xp, prob)
+        sol = newton.solve(xp, unit, tol, max_iter, active, targets, log=log, capacity=capacity, options=options)
+        sol = sol._replace(psi=sol.psi * (scale * scale), evaluation=_in_units(xp, sol.evaluation, scale))
     out = _plan_arrays(xp, prob, sol.evaluation.moments, sol.psi, rep, active, targets)
     state = GradientState(sol.evaluation.cells, sol.evaluation.moments, out.pop("psi"), rep, active, targets)
     return dict(out, residual=sol.residual, iterations=sol.iterations, converged=sol.converged,
