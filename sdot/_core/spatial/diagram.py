@@ -137,7 +137,7 @@ def _put(xp, cells, rows, part):
                              for f in cells._fields if f != "certified"})
 
 
-@_compat.jit_on_jax()
+@_compat.jit_on_jax("complete")
 def insecure(xp, seeds, psi, active, cells, nearest, complete, rows=None):
     """Active cells (of the seeds ``rows``, default all) that a seed other than their
     ``nearest`` (m, K) may cut (``complete``: the rows hold every seed; nothing else cuts).
@@ -162,7 +162,7 @@ def insecure(xp, seeds, psi, active, cells, nearest, complete, rows=None):
     far = xp.max(xp.where(live_vertices(xp, cells), _compat.dot(cells.vertices, cells.vertices), 0.0), axis=1)
     margin = 64.0 * xp.finfo(seeds.dtype).eps * (d * d + xp.abs(top) + xp.abs(w))
     secure = (radius >= 0) & (far <= radius * radius - margin)
-    return xp.take(active, rows) & ~secure & ~complete
+    return xp.take(active, rows) & ~secure & (not complete)
 
 
 @_compat.jit_on_jax()

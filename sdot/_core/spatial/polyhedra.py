@@ -332,6 +332,6 @@ def facet_triangles(xp, cells):
     v = xp.broadcast_to(cells.vertices[:, :, None, :], r.shape)
     w = _compat.row_gather(cells.vertices, xp.where(live, nxt, 0))
     tri = xp.stack([r, v, w], axis=-2)                                   # (n, V, 3, 3, 3)
-    return (xp.reshape(tri, (n, 3 * v_cap, 3, 3)), xp.reshape(cells.corners, (n, 3 * v_cap)),
+    return (xp.reshape(tri, (n, 3 * v_cap, 3, 3)), xp.reshape(xp.where(live, cells.corners, 0), (n, 3 * v_cap)),
             xp.reshape(live, (n, 3 * v_cap)))
 
