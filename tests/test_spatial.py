@@ -103,14 +103,32 @@ def test_cells_match_qhull(backend, weighted):
                                    rtol=1e-11, atol=1e-14)
 
 
-def test_reference_box3d_1e3(backend):
-    """The C++ solvers' W2^2 for 1,000 uniform points in the unit cube, to 1e-8."""
-    if not backend.host:
-        pytest.skip("the reference case at 1e3 is for the backends with a host (kept cheap)")
+@pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
+def test_reference_box3d_1e3(sdot_driver, name):
+    """The C++ solvers' W2^2 for 1,000 uniform points in the unit cube, to 1e-8 (under
+    ``jax.jit``: :func:`test_jit_value_and_gradient_equal_eager`)."""
+    from conftest import _activate
+
+    backend = _activate(name, sdot_driver)
     pts = np.load(DATA / "points_3d_1000.npy")
-    f = lambda x: sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(backend.xp.ones((1, 1, 1), dtype=x.dtype)))
-    value = backend.run(f, backend.asarray(pts))
-    assert float(value) == pytest.approx(REF_BOX3D_1E3, rel=1e-8)
+    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(backend.asarray(pts)),
+                                       sdot.Grid(backend.asarray(np.ones((1, 1, 1)))))
+    assert float(plan.distance) == pytest.approx(REF_BOX3D_1E3, rel=1e-8)
+    assert int(plan.iterations) <= 8
+
+
+def test_jit_value_and_gradient_equal_eager():
+    """``jax.jit(jax.value_and_grad(distance))`` in 3D (the traced cells and solve) gives the
+    eager value and gradient."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.asarray(np.load(DATA / "points_3d_1000.npy")[:300])
+    f = lambda x: sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(jnp.ones((1, 1, 1))))
+    value, grad = jax.value_and_grad(f)(x)
+    value_jit, grad_jit = jax.jit(jax.value_and_grad(f))(x)
+    assert float(value_jit) == pytest.approx(float(value), rel=1e-11)
+    np.testing.assert_allclose(np.asarray(grad_jit), np.asarray(grad), atol=1e-12)
 
 
 def test_closed_forms(eager_backend):

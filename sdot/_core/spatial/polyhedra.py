@@ -111,8 +111,9 @@ def _rolled(xp, x, shift: int):
 
 def clip(xp, cells, normal, offset, label, apply):
     """``cells`` clipped by the half-spaces ``u . normal <= offset`` where ``apply``: see
-    :func:`_clip_all` (static shapes) and :func:`_clip_listed` (eagerly, in place)."""
-    if _compat.static_shapes(cells.vertices, normal):
+    :func:`_clip_all` (static shapes, and JAX, where it is compiled once) and
+    :func:`_clip_listed` (eagerly, in place)."""
+    if _compat.static_shapes(cells.vertices, normal) or aac.is_jax_array(cells.vertices):
         return _clip_all(xp, cells, normal, offset, label, apply)
     return _clip_listed(xp, cells, normal, offset, label, apply)
 
