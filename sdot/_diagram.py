@@ -5,13 +5,15 @@ import numpy as np
 
 import array_api_compat as aac
 
-from . import _driver
+from . import _diagram3d, _driver
 from ._core._compat import namespace as namespace_of
 from ._driver import _to_host as _to_numpy
 from ._core import newton, plan
 from ._core.density import PixelDensity
 
-__all__ = ["PowerDiagram", "Cell"]
+__all__ = ["PowerDiagram", "Cell", "Facet"]
+
+Facet = _diagram3d.Facet
 
 
 class Cell:
@@ -25,23 +27,36 @@ class Cell:
     ``neighbour`` is the index of the adjacent seed, or ``-1 - side`` for a
     side of the domain (0: y = lo, 1: x = hi, 2: y = hi, 3: x = lo; in 1D, 0: lo,
     1: hi, and a facet is an end point: ``start`` and ``end`` are that point).
+    In 3D ``vertices`` is ``(k, 3)`` (in no particular order) and ``facets`` a list of
+    :class:`Facet` ``(neighbour, vertices (m, 3), area)``, the polygons counter-clockwise
+    seen from outside (sides 0: x = lo, 1: x = hi, 2: y = lo, 3: y = hi, 4: z = lo, 5: z = hi).
     """
 
-    def __init__(self, index, measure, barycenter, vertices, labels):
+    def __init__(self, index, measure, barycenter, vertices, labels, facets=None):
         self.index, self.measure, self.barycenter, self.vertices = index, measure, barycenter, vertices
         k = len(vertices)
-        if vertices.shape[-1] == 1:         # an interval: its two ends
+        if facets is not None:              # a polyhedron
+            self.facets = facets
+        elif vertices.shape[-1] == 1:       # an interval: its two ends
             self.facets = [(int(labels[a]), (vertices[a], vertices[a])) for a in range(k)]
         else:
             self.facets = [(int(labels[a]), (vertices[a], vertices[(a + 1) % k])) for a in range(k)]
 
     def plot(self, ax=None, **style):
         """Draw the cell boundary with matplotlib (optional dependency); in 1D the
-        interval, on the line y = 0."""
+        interval, on the line y = 0; in 3D its facets, in a 3D axes (made if ``ax`` is None)."""
         import matplotlib.pyplot as plt
 
-        ax = plt.gca() if ax is None else ax
         v = _to_numpy(self.vertices)
+        if len(v) and v.shape[1] == 3:
+            from mpl_toolkits.mplot3d.art3d import Poly3DCollection
+
+            ax = plt.figure().add_subplot(projection="3d") if ax is None else ax
+            ax.add_collection3d(Poly3DCollection([f.vertices for f in self.facets],
+                                                 **({"facecolors": "C0", "edgecolors": "k", "alpha": 0.3} | style)))
+            ax.auto_scale_xyz(v[:, 0], v[:, 1], v[:, 2])
+            return ax
+        ax = plt.gca() if ax is None else ax
         if len(v) and v.shape[1] == 1:
             ax.plot(v[:, 0], [0.0, 0.0], **({"color": "k", "lw": 0.5, "marker": "|"} | style))
         elif len(v):
@@ -60,11 +75,11 @@ class PowerDiagram:
 
     Parameters
     ----------
-    positions : array_like, shape (n, 2), or (n, 1) or (n,) on a line
+    positions : array_like, shape (n, 2) or (n, 3), or (n, 1) or (n,) on a line
     weights : array_like, shape (n,), optional
         Default 0 (the Voronoi diagram).
     domain : pair (lo, hi), optional
-        Default the unit square (the unit interval in 1D).
+        Default the unit square (the unit interval in 1D, the unit cube in 3D).
     """
 
     def __init__(self, positions, weights=None, domain=None):
@@ -74,8 +89,8 @@ class PowerDiagram:
         on_line = getattr(positions, "ndim", None) == 1 or (
             not hasattr(positions, "ndim") and np.ndim(positions) == 1)
         src = SumOfDiracs1d(positions) if on_line else SumOfDiracs(positions)
-        if src.dim not in (1, 2):
-            raise NotImplementedError(f"PowerDiagram is 1D or 2D for now; positions have dimension {src.dim}")
+        if src.dim not in (1, 2, 3):
+            raise NotImplementedError(f"PowerDiagram is 1D, 2D or 3D; positions have dimension {src.dim}")
         xp = _driver.namespace(src.positions)
         w = xp.zeros((src.n,), dtype=src.positions.dtype) if weights is None else _driver.to_array(weights, "weights")
         if tuple(w.shape) != (src.n,):
@@ -114,11 +129,27 @@ class PowerDiagram:
         seeds = _to_numpy(prob.seeds)
         verts, labels, count = (_to_numpy(a) for a in (cells.vertices, cells.labels, cells.count))
         mom = _to_numpy(moments)
+        if seeds.shape[1] == 3:
+            return [Cell(i, mom[i, 0], seeds[i] + (mom[i, 1:-1] / mom[i, 0] if mom[i, 0] > 0 else 0.0), v, None, f)
+                    for i, (v, f) in enumerate(self._polyhedra())]
         out = []
         for i in range(seeds.shape[0]):
             k = int(count[i])
             bary = seeds[i] + (mom[i, 1:-1] / mom[i, 0] if mom[i, 0] > 0 else 0.0)
             out.append(Cell(i, mom[i, 0], bary, verts[i, :k] + seeds[i], labels[i, :k]))
+        return out
+
+    def _polyhedra(self):
+        """Per 3D cell ``(vertices, facets)`` in absolute coordinates (see :class:`Cell`)."""
+        prob, cells, _ = self._compute()
+        seeds = _to_numpy(prob.seeds)
+        verts, corners, adjacent, size, labels = (_to_numpy(a) for a in (cells.vertices, cells.corners, cells.adjacent,
+                                                                          cells.size, cells.labels))
+        live = (np.arange(verts.shape[1])[None, :] < size[:, None]) & (corners[..., 0] >= 0)
+        out = []
+        for i in range(seeds.shape[0]):
+            v, facets = _diagram3d.polyhedron(verts[i] + seeds[i], corners[i], adjacent[i], live[i], labels[i])
+            out.append((v, facets))
         return out
 
     def adjust_weights(self, dirac_masses, target_distribution, **options):
@@ -136,13 +167,22 @@ class PowerDiagram:
         self.weights, self._state, self._target = result.brenier_potential, solved._state, None
         return result
 
-    def plot(self, ax=None, points=True, **style):
-        """Draw every cell (and the seeds) with matplotlib; returns the axes."""
+    def plot(self, ax=None, points=True, section=None, **style):
+        """Draw every cell (and the seeds) with matplotlib; returns the axes.
+
+        In 3D the cells' edges in a 3D axes (made if ``ax`` is None), or with
+        ``section=(axis, at)`` the section of the diagram by the plane ``x_axis = at``."""
         import matplotlib.pyplot as plt
 
-        ax = plt.gca() if ax is None else ax
         prob, cells, _ = self._compute()
         seeds = _to_numpy(prob.seeds)
+        if seeds.shape[1] == 3:
+            polys = [f for _, f in self._polyhedra()]
+            if section is not None:
+                return _diagram3d.plot_section(plt.gca() if ax is None else ax, seeds, polys, *section, points, style)
+            ax = plt.figure().add_subplot(projection="3d") if ax is None else ax
+            return _diagram3d.plot_edges(ax, seeds, polys, points, style)
+        ax = plt.gca() if ax is None else ax
         verts, count = _to_numpy(cells.vertices), _to_numpy(cells.count)
         if seeds.shape[1] == 1:
             return _plot_intervals(ax, seeds[:, 0], verts[:, :, 0] + seeds, count > 0, points, style)
