@@ -13,7 +13,10 @@ With ``--repeat K``, each row runs in K fresh processes and the run of median ti
 printed, with the fastest and slowest times: one run on a shared machine can be 20% off.
 
 Points are uniform in the unit square: ``default_rng(2003)`` for N = 1e3 and
-``2004`` for 1e4 (the reference cases), ``2000 + log10 N`` otherwise. Targets:
+``2004`` for 1e4 (the reference cases), ``2000 + log10 N`` otherwise; in the unit cube for
+the 3D targets (``default_rng(3003)`` at 1e3, the reference case box3d-1e3, ``3000 + log10 N``
+otherwise): the uniform density ("box3d") and a 32^3 Gaussian voxel image ("gauss3d",
+``0.2 + exp(-|c - m|^2 / (2 0.15^2))`` at the voxel centres ``c``). Targets:
 the uniform density ("box"), the 64x64 Gaussian image of the reference cases
 ("gauss"), and 64x64 images that are 0 outside a shape (:func:`target_values`): an
 annulus ("annulus"), two separate discs ("blobs") and the square of the reference case
@@ -40,7 +43,15 @@ PHASES = ("neighbours", "cells", "integrals", "linear solve")
 WARMUP = 100
 
 
-def points(n, shift=0):
+#: The 3D targets (the others are 2D).
+SPATIAL = ("box3d", "gauss3d")
+
+
+def points(n, shift=0, dim=2):
+    """The Diracs: uniform in the unit square (cube in 3D)."""
+    if dim == 3:
+        seed = {1000: 3003}.get(n, 3000 + round(math.log10(n)))
+        return np.random.default_rng(seed + shift).random((n, 3))
     seed = {1000: 2003, 10000: 2004}.get(n, 2000 + round(math.log10(n)))
     return np.random.default_rng(seed + shift).random((n, 2))
 
@@ -52,6 +63,12 @@ def target_values(name):
     (0.72, 0.7)| < 0.15``, "square0" ``[20:40, 20:40]`` (the reference case square0-2d)."""
     if name == "box":
         return np.ones((1, 1))
+    if name == "box3d":
+        return np.ones((1, 1, 1))
+    if name == "gauss3d":
+        c = (np.arange(32) + 0.5) / 32
+        x, y, z = np.meshgrid(c, c, c, indexing="ij")
+        return 0.2 + np.exp(-((x - 0.5) ** 2 + (y - 0.5) ** 2 + (z - 0.5) ** 2) / (2 * 0.15 ** 2))
     if name == "gauss":
         return np.load(IMAGE)
     c = (np.arange(64) + 0.5) / 64
@@ -65,7 +82,7 @@ def target_values(name):
         img = np.zeros((64, 64))
         img[20:40, 20:40] = 1.0
         return img
-    raise ValueError(f"unknown target {name!r}: box, gauss, annulus, blobs or square0")
+    raise ValueError(f"unknown target {name!r}: box, gauss, annulus, blobs, square0, box3d or gauss3d")
 
 
 def to_backend(name, a):
@@ -84,8 +101,9 @@ def to_backend(name, a):
 
 def _instrument(totals):
     """Wrap the core's phases with wall-clock timers (eager backends)."""
-    from sdot._core import _compat, newton, planar
+    from sdot._core import _compat, newton, planar, spatial
     from sdot._core.planar import integrate
+    from sdot._core.spatial import voxels
 
     def timed(module, name, phase, inner=()):
         fn = getattr(module, name)
@@ -110,7 +128,9 @@ def _instrument(totals):
     timed(_compat, "regular_rings", "neighbours")
     timed(_compat, "nearest", "neighbours")
     timed(planar, "power_cells", "cells", inner=("neighbours",))
+    timed(spatial, "power_cells", "cells", inner=("neighbours",))
     timed(integrate, "cell_integrals", "integrals")
+    timed(voxels, "cell_integrals", "integrals")
     timed(newton, "newton_direction", "linear solve")
 
 
@@ -131,6 +151,7 @@ def run_one(backend, target, n, tol):
     def eager_plan(x):
         return sdot.optimal_transport_plan(sdot.SumOfDiracs(x), g, tol=tol)
     plan_of = eager_plan
+    dim = 3 if target in SPATIAL else 2
     if backend == "jax-jit":        # the compiled solve (eager JAX solves on the host)
         import jax
         from types import SimpleNamespace
@@ -146,14 +167,14 @@ def run_one(backend, target, n, tol):
     compile_time = warmup = None
     start = time.perf_counter()
     if backend == "jax-jit":
-        solve(points(n, shift=1))                  # same shapes, other points: compiles
+        solve(points(n, shift=1, dim=dim))         # same shapes, other points: compiles
         compile_time = time.perf_counter() - start
     else:
-        solve(points(WARMUP, shift=1))             # imports scipy.spatial etc., starts the threads
+        solve(points(WARMUP, shift=1, dim=dim))    # imports scipy.spatial etc., starts the threads
         warmup = time.perf_counter() - start
         totals.update(dict.fromkeys(PHASES, 0.0))
     start = time.perf_counter()
-    plan = solve(points(n))
+    plan = solve(points(n, dim=dim))
     wall = time.perf_counter() - start
     return dict(target=target, n=n, backend=backend, steps=int(plan.iterations),
                 residual=float(plan.residual), w2=float(plan.distance), time=wall,
@@ -167,6 +188,8 @@ def run_pysdot(target, n, tol):
         from pysdot import OptimalTransport
         from pysdot.domain_types import ScaledImage
     except ImportError:
+        return None
+    if target in SPATIAL:
         return None
     x = points(n)
     values = target_values(target)
@@ -233,7 +256,7 @@ def main(argv=None):
     parser.add_argument("--backends", nargs="+", default=["numpy", "torch", "jax", "jax-jit"],
                         help="jax: eager JAX arrays (solved on the host); jax-jit: the compiled solve")
     parser.add_argument("--targets", nargs="+", default=["box", "gauss"],
-                        choices=["box", "gauss", "annulus", "blobs", "square0"])
+                        choices=["box", "gauss", "annulus", "blobs", "square0", "box3d", "gauss3d"])
     parser.add_argument("--tol", type=float, default=1e-8,
                         help="max absolute cell-mass error (default 1e-8, as the C++ reference runs)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per row")

@@ -26,7 +26,7 @@ import array_api_compat as aac
 
 from .. import _compat
 from ..options import DIAGRAM
-from .polyhedra import CAPACITY, box_cells, clip_by, facet_triangles, live_vertices
+from .polyhedra import CAPACITY, Cells, box_cells, clip_by, facet_triangles, listed_triangles, live_vertices
 
 #: Nearest seeds that clip a first diagram.
 FIRST_CANDIDATES = 32
@@ -64,8 +64,15 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
 
 
 def _clipped(xp, seeds, psi, active, lo, hi, capacity, candidates):
+    """The box clipped by the ``candidates`` of every seed, in blocks of seeds (on the host's
+    threads, see :func:`.._compat.blockwise`); not certified."""
     rows = xp.arange(seeds.shape[0], dtype=xp.int64, device=aac.device(seeds))
-    return clip_by(xp, seeds, psi, active, box_cells(xp, seeds, lo, hi, active, capacity), rows, candidates)
+
+    def block(rows, candidates):
+        start = box_cells(xp, xp.take(seeds, rows, axis=0), lo, hi, xp.take(active, rows), capacity)
+        return tuple(clip_by(xp, seeds, psi, active, start, rows, candidates)[:-1])
+    parts = _compat.blockwise(xp, block, rows, candidates)
+    return Cells(*parts, xp.asarray(False, device=aac.device(seeds)))
 
 
 def first_cells(xp, seeds, psi, active, lo, hi, capacity: int):
@@ -165,9 +172,13 @@ def insecure(xp, seeds, psi, active, cells, nearest, complete, rows=None):
     return xp.take(active, rows) & ~secure & (not complete)
 
 
-@_compat.jit_on_jax()
 def volumes(xp, cells):
     """The volume of every cell, ``(n,)``: its boundary triangles' cones from the seed."""
+    if not _compat.static_shapes(cells.vertices):
+        a, b, c, cell, _ = listed_triangles(xp, cells)
+        cross = xp.stack([b[:, 1] * c[:, 2] - b[:, 2] * c[:, 1], b[:, 2] * c[:, 0] - b[:, 0] * c[:, 2],
+                          b[:, 0] * c[:, 1] - b[:, 1] * c[:, 0]], axis=-1)
+        return _compat.segment_sum(xp, _compat.dot(a, cross), cell, cells.size.shape[0]) / 6.0
     tri, _, valid = facet_triangles(xp, cells)
     a, b, c = tri[..., 0, :], tri[..., 1, :], tri[..., 2, :]
     cross = xp.stack([b[..., 1] * c[..., 2] - b[..., 2] * c[..., 1], b[..., 2] * c[..., 0] - b[..., 0] * c[..., 2],
@@ -175,7 +186,6 @@ def volumes(xp, cells):
     return xp.sum(xp.where(valid, _compat.dot(a, cross), 0.0), axis=1) / 6.0
 
 
-@_compat.jit_on_jax()
 def tiles_the_box(xp, cells, lo, hi):
     """Whether the cells' volumes add up to the box's, up to rounding (see the module
     docstring): then every cell is exact."""

@@ -17,8 +17,10 @@ polyhedron: a vertex where more facets meet is several vertices at one point). P
 On facet ``p_a`` the boundary leaves the vertex (counter-clockwise seen from outside)
 along edge ``a + 1``: :func:`facet_triangles` fans every facet from a vertex of it.
 
-Euler's relation for a simple polyhedron, ``V = 2 F - 4``, bounds the vertices by the
-facet slots: the capacity is the number of facet slots ``F``.
+The capacity is the number of facet slots ``F``; the vertex slots are ``3 F / 2`` (Euler's
+relation for a simple polyhedron, ``V = 2 F - 4``, bounds them by twice the facets present,
+but most slots of ``F`` are spare, and the box's sides unused inside: at 1e4 uniform seeds
+and ``F = 48``, at most 62 vertex slots were in use). A cell that runs out of either overflows.
 
 In seed-relative coordinates ``u = x - y_i`` the constraint of seed j on cell i is the
 half-space ``u . d <= (|d|^2 + psi_i - psi_j) / 2`` with ``d = y_j - y_i``.
@@ -38,8 +40,8 @@ CAPACITY = 48
 
 
 def vertex_slots(capacity: int) -> int:
-    """Vertex slots of cells of ``capacity`` facet slots (Euler: ``V = 2 F - 4``)."""
-    return 2 * capacity - 4
+    """Vertex slots of cells of ``capacity`` facet slots (see the module docstring)."""
+    return 3 * capacity // 2
 
 
 class Cells(NamedTuple):
@@ -292,11 +294,17 @@ def _table(xp, where, values, nowhere: int):
 
 
 def clip_by(xp, seeds, psi, active, cells, rows, candidates):
-    """``cells`` (of the seeds ``rows``) clipped by the seeds ``candidates`` (m, K) in
-    column order (-1: none); inactive candidates and the seed itself are skipped."""
+    """``cells`` (of the seeds ``rows``) clipped by the seeds ``candidates`` (m, K), nearest
+    first (-1: none); inactive candidates and the seed itself are skipped.
+
+    Nearest first, each cell is small early and its later clips touch few vertices (at
+    1e4 seeds the regular triangulation's neighbours in index order took twice as long)."""
     y = xp.take(seeds, rows, axis=0)
     w = xp.take(psi, rows)
     own = xp.take(active, rows)
+    gap = _compat.flat_take(seeds, xp.where(candidates >= 0, candidates, 0)) - y[:, None, :]
+    order = xp.argsort(xp.where(candidates >= 0, _compat.dot(gap, gap), xp.inf), axis=1, stable=True)
+    candidates = xp.take_along_axis(candidates, order, axis=1)
 
     def body(c, cells):
         j = _compat.column(candidates, c)
@@ -336,3 +344,24 @@ def facet_triangles(xp, cells):
     return (xp.reshape(tri, (n, 3 * v_cap, 3, 3)), xp.reshape(xp.where(live, cells.corners, 0), (n, 3 * v_cap)),
             xp.reshape(live, (n, 3 * v_cap)))
 
+
+
+def listed_triangles(xp, cells):
+    """:func:`facet_triangles` as a flat list of the valid triangles only (eagerly: the
+    live vertices' three facets each, against ``3 V`` slots per cell): ``(a, b, c)`` each
+    ``(T, 3)``, seed-relative, and the ``cell`` and facet ``slot`` of each ``(T,)``."""
+    n, v_cap, _ = cells.vertices.shape
+    f_cap = cells.labels.shape[1]
+    at = xp.nonzero(xp.reshape(live_vertices(xp, cells), (-1,)))[0]          # i V + v
+    cell = at // v_cap
+    corners = xp.take(xp.reshape(cells.corners, (n * v_cap, 3)), at, axis=0)
+    nxt = xp.take(xp.reshape(cells.adjacent, (n * v_cap, 3)), at, axis=0)
+    where = cell[:, None] * f_cap + corners                                  # (L, 3)
+    ref = xp.take(_table(xp, where, xp.broadcast_to((at % v_cap)[:, None], where.shape), n * f_cap),
+                  xp.reshape(where, (-1,)))
+    flat = xp.reshape(cells.vertices, (n * v_cap, 3))
+    cell3 = xp.reshape(xp.broadcast_to(cell[:, None], where.shape), (-1,))
+    a = xp.take(flat, cell3 * v_cap + ref, axis=0)
+    b = xp.take(flat, xp.reshape(xp.broadcast_to(at[:, None], where.shape), (-1,)), axis=0)
+    c = xp.take(flat, cell3 * v_cap + xp.reshape(_rolled(xp, nxt, 1), (-1,)), axis=0)
+    return a, b, c, cell3, xp.reshape(corners, (-1,))

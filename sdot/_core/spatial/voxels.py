@@ -6,12 +6,15 @@ from __future__ import annotations
 import array_api_compat as aac
 
 from .. import _compat
-from .polyhedra import facet_triangles
+from .polyhedra import facet_triangles, listed_triangles
 
 
 def cell_integrals(xp, seeds, cells, values, lo, hi):
     """``(moments (n, 5), facet (n, F))``: per cell the mass, the first moments and the
     second moment about the seed; per facet slot the density integrated over the facet."""
+    if tuple(values.shape) == (1, 1, 1) and not _compat.static_shapes(cells.vertices):
+        return _uniform_listed(xp, listed_triangles(xp, cells), cells.size.shape[0], cells.labels.shape[1],
+                               values[0, 0, 0])
     tri, slot, valid = facet_triangles(xp, cells)
     if tuple(values.shape) == (1, 1, 1):
         return _uniform(xp, tri, slot, valid, cells.labels.shape[1], values[0, 0, 0])
@@ -45,6 +48,21 @@ def _uniform(xp, tri, slot, valid, f_cap, value):
     n = tri.shape[0]
     base = xp.arange(n, dtype=xp.int64, device=aac.device(slot))[:, None] * f_cap
     facet = _compat.segment_sum(xp, xp.reshape(area, (-1,)), xp.reshape(base + slot, (-1,)), n * f_cap)
+    return moments * value, xp.reshape(facet, (n, f_cap)) * value
+
+
+def _uniform_listed(xp, triangles, n, f_cap, value):
+    """:func:`_uniform` on the list of valid triangles (:func:`.polyhedra.listed_triangles`)."""
+    a, b, c, cell, slot = triangles
+    vol = _compat.dot(a, _cross(xp, b, c)) / 6.0
+    s = a + b + c
+    second = (_compat.dot(a, a) + _compat.dot(b, b) + _compat.dot(c, c) + _compat.dot(s, s)) / 20.0
+    cross = _cross(xp, b - a, c - a)
+    per_cell = lambda x: _compat.segment_sum(xp, x, cell, n)
+    moments = xp.stack([per_cell(vol)] + [per_cell(vol * s[:, i]) / 4.0 for i in range(3)] + [per_cell(vol * second)],
+                       axis=1)
+    area = 0.5 * xp.sqrt(_compat.dot(cross, cross))
+    facet = _compat.segment_sum(xp, area, cell * f_cap + slot, n * f_cap)
     return moments * value, xp.reshape(facet, (n, f_cap)) * value
 
 
