@@ -26,7 +26,7 @@ import array_api_compat as aac
 
 from .. import _compat
 from ..options import DIAGRAM
-from .polyhedra import CAPACITY, Cells, box_cells, clip_by, facet_triangles, listed_triangles, live_vertices
+from .polyhedra import CAPACITY, Cells, box_cells, clip_by, facet_triangles, listed_triangles, live_vertices, moved
 
 #: Nearest seeds that clip a first diagram.
 FIRST_CANDIDATES = 32
@@ -43,15 +43,31 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     cell is returned uncertified as soon as it is found (a rejected damping trial).
     """
     dev = aac.device(seeds)
+    same = previous is not None and candidates is None and previous.labels.shape[1] == capacity
+    if same:                                    # the previous combinatorics, moved
+        cells, valid = moved(xp, seeds, psi, lo, hi, previous)
+        kept = xp.all(valid | ~active) & tiles_the_box(xp, cells, lo, hi)
     if candidates is None and previous is not None:
         candidates = xp.where(previous.labels >= 0, previous.labels, -1)
     if _compat.static_shapes(seeds):
         fresh = lambda: first_cells(xp, seeds, psi, active, lo, hi, capacity)
         if candidates is None:
             return fresh()
-        cells = _clipped(xp, seeds, psi, active, lo, hi, capacity, candidates)
-        exact = tiles_the_box(xp, cells, lo, hi)
-        return _compat.cond(exact, lambda: cells._replace(certified=exact), fresh)
+
+        def reclipped():
+            cells = _clipped(xp, seeds, psi, active, lo, hi, capacity, candidates)
+            exact = tiles_the_box(xp, cells, lo, hi)
+            return _compat.cond(exact, lambda: cells._replace(certified=exact), fresh)
+        if same:
+            return _compat.cond(kept, lambda: cells._replace(certified=kept), reclipped)
+        return reclipped()
+    if same and _compat.host_any(xp, kept):
+        return cells._replace(certified=xp.asarray(True, device=dev))
+    if same and (repaired := _repaired(xp, seeds, psi, active, lo, hi, cells, valid)) is not None:
+        if stop_if_empty and _compat.host_any(xp, active & (repaired.count == 0)):
+            return repaired._replace(certified=xp.asarray(False, device=dev))
+        return _grown_if_overflowing(xp, repaired, seeds, psi, active, lo, hi, None, capacity, None, stop_if_empty,
+                                     options)
     if candidates is not None:
         cells = _clipped(xp, seeds, psi, active, lo, hi, capacity, candidates)
         if stop_if_empty and _compat.host_any(xp, active & (cells.count == 0)):
@@ -63,10 +79,59 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     return _grown_if_overflowing(xp, cells, seeds, psi, active, lo, hi, None, capacity, None, stop_if_empty, options)
 
 
+def _repaired(xp, seeds, psi, active, lo, hi, cells, valid):
+    """Eagerly on the host, the moved ``cells`` (:func:`.polyhedra.moved`) made exact: the
+    cells that are not ``valid`` or whose neighbours in the regular triangulation are not
+    their facets' seeds clipped again by those neighbours (a valid cell with the same
+    neighbours is the intersection of the same half-spaces: exact). None without a host."""
+    table = _regular_table(xp, seeds, psi, active)
+    if table is None:
+        return None
+    n, f_cap = cells.labels.shape
+    width = table.shape[1]
+    if width > f_cap - 6:
+        return None                             # more neighbours than slots: rebuilt wider
+    listed = xp.sort(xp.where(table >= 0, table, n), axis=1)
+    # the facets a cell has: those its live vertices lie on
+    live = live_vertices(xp, cells)
+    base = xp.arange(n, dtype=xp.int64, device=aac.device(seeds))[:, None, None] * f_cap
+    on = xp.reshape(xp.where(live[..., None], base + cells.corners, n * f_cap), (-1,))
+    present = xp.reshape(_compat.hits(xp, on, n * f_cap + 1)[:n * f_cap], (n, f_cap))
+    own = xp.sort(xp.where(present & (cells.labels >= 0), cells.labels, n), axis=1)
+    changed = xp.any(listed != own[:, :width], axis=1) | (own[:, width] < n if f_cap > width else False)
+    # a valid cell with the same neighbours may still leave the box: a side it has not met
+    seed_rel_lo, seed_rel_hi = lo[None, None, :] - seeds[:, None, :], hi[None, None, :] - seeds[:, None, :]
+    slack = 64.0 * xp.finfo(seeds.dtype).eps * xp.max(hi - lo)
+    outside = xp.any(live[..., None] & ((cells.vertices < seed_rel_lo - slack) | (cells.vertices > seed_rel_hi + slack)),
+                     axis=(1, 2))
+    changed = changed | outside
+    redo, _ = _compat.true_entries(xp, active & (changed | ~valid))
+    part = _clipped_rows(xp, seeds, psi, active, lo, hi, f_cap, redo, xp.take(table, redo, axis=0))
+    cells = _put(xp, cells, redo, part)
+    hidden = active & (table[:, 0] < 0) & (xp.sum(xp.astype(active, xp.int64)) > 1)
+    return cells._replace(size=xp.where(hidden, 0, cells.size), count=xp.where(hidden, 0, cells.count),
+                          certified=xp.asarray(True, device=aac.device(seeds)))
+
+
+def _regular_table(xp, seeds, psi, active):
+    """The neighbours of every active seed in the regular triangulation (Delaunay at equal
+    weights: Qhull's Delaunay is 5 times faster than its lifted hull at 1e4), on the host;
+    None without a host or if Qhull fails."""
+    equal = _compat.on_host(lambda w, a: bool(a.any()) and float(w[a].max() - w[a].min()) == 0.0, psi, active)
+    if equal is None:
+        return None
+    return _compat.regular_neighbours(xp, seeds, None if equal else psi, active)
+
+
 def _clipped(xp, seeds, psi, active, lo, hi, capacity, candidates):
-    """The box clipped by the ``candidates`` of every seed, in blocks of seeds (on the host's
-    threads, see :func:`.._compat.blockwise`); not certified."""
+    """The box clipped by the ``candidates`` of every seed: see :func:`_clipped_rows`."""
     rows = xp.arange(seeds.shape[0], dtype=xp.int64, device=aac.device(seeds))
+    return _clipped_rows(xp, seeds, psi, active, lo, hi, capacity, rows, candidates)
+
+
+def _clipped_rows(xp, seeds, psi, active, lo, hi, capacity, rows, candidates):
+    """The cells of the seeds ``rows``: the box clipped by their ``candidates``, in blocks of
+    rows (on the host's threads, see :func:`.._compat.blockwise`); not certified."""
 
     def block(rows, candidates):
         start = box_cells(xp, xp.take(seeds, rows, axis=0), lo, hi, xp.take(active, rows), capacity)
@@ -93,11 +158,7 @@ def regular_cells(xp, seeds, psi, active, lo, hi, capacity: int):
             return None
         cells = _clipped(xp, seeds, psi, active, lo, hi, capacity, table)
         return cells._replace(certified=tiles_the_box(xp, cells, lo, hi))
-    equal = _compat.on_host(lambda w, a: bool(a.any()) and float(w[a].max() - w[a].min()) == 0.0, psi, active)
-    if equal is None:
-        return None
-    # equal weights: Delaunay (Qhull's Delaunay is 5 times faster than the lifted hull at 1e4)
-    table = _compat.regular_neighbours(xp, seeds, None if equal else psi, active)
+    table = _regular_table(xp, seeds, psi, active)
     if table is None:
         return None
     cells = _clipped(xp, seeds, psi, active, lo, hi, capacity, table)

@@ -365,3 +365,60 @@ def listed_triangles(xp, cells):
     b = xp.take(flat, xp.reshape(xp.broadcast_to(at[:, None], where.shape), (-1,)), axis=0)
     c = xp.take(flat, cell3 * v_cap + xp.reshape(_rolled(xp, nxt, 1), (-1,)), axis=0)
     return a, b, c, cell3, xp.reshape(corners, (-1,))
+
+
+def facet_planes(xp, seeds, psi, rows, labels, lo, hi):
+    """The plane ``u . normal = offset`` of every facet slot of the cells of the seeds
+    ``rows`` (``labels`` (m, F)), seed-relative: ``(normal (m, F, 3), offset (m, F))``;
+    unused slots get the plane of side 0."""
+    y = xp.take(seeds, rows, axis=0)
+    j = xp.where(labels >= 0, labels, 0)
+    d = _compat.flat_take(seeds, j) - y[:, None, :]
+    b = 0.5 * (_compat.dot(d, d) + xp.take(psi, rows)[:, None] - _compat.flat_take(psi, j))
+    side = xp.where(labels < 0, -1 - labels, 0)
+    side = xp.where(side < 6, side, 0)
+    axis, upper = side // 2, side % 2 == 1
+    unit = xp.astype(axis[..., None] == xp.arange(3, dtype=xp.int64, device=aac.device(labels)), y.dtype)
+    sign = xp.where(upper, 1.0, -1.0)
+    box_normal = unit * sign[..., None]
+    bound = xp.where(upper[..., None], hi[None, None, :], lo[None, None, :]) - y[:, None, :]
+    box_offset = _compat.dot(box_normal, bound)
+    is_seed = labels >= 0
+    return xp.where(is_seed[..., None], d, box_normal), xp.where(is_seed, b, box_offset)
+
+
+@_compat.jit_on_jax()
+def moved(xp, seeds, psi, lo, hi, cells):
+    """``cells`` (a diagram of the same seeds at other weights) with their combinatorics
+    kept and their vertices moved to the weights ``psi``: each vertex the meeting point of
+    its three facets' planes (Cramer's rule), and ``(n,)`` whether the cell is still valid:
+    every edge keeps its far end strictly inside the plane of the third facet at its near
+    end (no edge has shrunk through zero), every vertex well defined. A valid cell is the
+    intersection of its facets' half-spaces; whether some other seed cuts it is for the
+    volume certificate to say."""
+    n, v_cap, _ = cells.vertices.shape
+    rows = xp.arange(n, dtype=xp.int64, device=aac.device(cells.size))
+    normal, offset = facet_planes(xp, seeds, psi, rows, cells.labels, lo, hi)
+    live = live_vertices(xp, cells)
+    c = xp.where(live[..., None], cells.corners, 0)
+    n3 = _compat.row_gather(normal, c)                           # (n, V, 3, 3): the three normals
+    b3 = _compat.row_gather(offset, c)                           # (n, V, 3)
+    p, q, r = n3[..., 0, :], n3[..., 1, :], n3[..., 2, :]
+    qr, rp, pq = _cross3(xp, q, r), _cross3(xp, r, p), _cross3(xp, p, q)
+    det = _compat.dot(p, qr)
+    scale = xp.sqrt(_compat.dot(p, p) * _compat.dot(q, q) * _compat.dot(r, r))
+    ok = live & (xp.abs(det) > 1e-9 * scale)
+    safe = xp.where(ok, det, 1.0)
+    u = (b3[..., 0:1] * qr + b3[..., 1:2] * rp + b3[..., 2:3] * pq) / safe[..., None]
+    u = xp.where(ok[..., None], u, cells.vertices)
+    far = _compat.row_gather(u, xp.where(live[..., None], cells.adjacent, 0))      # (n, V, 3, 3)
+    gap = xp.sum(n3 * far, axis=-1) - b3                          # edge k's far end against plane p_k
+    tol = 64.0 * xp.finfo(u.dtype).eps * (xp.abs(b3) + xp.sqrt(_compat.dot(n3, n3)) * xp.sqrt(_compat.dot(far, far)))
+    ok = ok & xp.all(gap < -tol, axis=-1)
+    valid = xp.all(ok | ~live, axis=1)
+    return cells._replace(vertices=u), valid
+
+
+def _cross3(xp, u, v):
+    return xp.stack([u[..., 1] * v[..., 2] - u[..., 2] * v[..., 1], u[..., 2] * v[..., 0] - u[..., 0] * v[..., 2],
+                     u[..., 0] * v[..., 1] - u[..., 1] * v[..., 0]], axis=-1)
