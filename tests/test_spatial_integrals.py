@@ -111,6 +111,29 @@ def test_uniform_closed_form_equals_the_voxel_walk(backend, power_cells):
     assert one[0][:, 0] == pytest.approx(0.7 * c["volumes"], rel=1e-12)
 
 
+@pytest.mark.parametrize("values", ["uniform", "grid"])
+def test_chunks_and_blocks(power_cells, monkeypatch, values):
+    """Eagerly, in chunks of 7 triangles and blocks of 5 cells (on 2 threads), the
+    integrals are those of one chunk and one block, to rounding."""
+    from conftest import Backend
+    from sdot._core._compat.host_only import threads
+
+    c = power_cells
+    b = Backend("numpy")
+    grid = np.full((1, 1, 1), 0.7) if values == "uniform" else c["values"]
+    args = (b, c["seeds"], c["tri"], c["slot"], c["valid"], c["F"], grid)
+    whole = cell_integrals(*args)
+    gradient = potential_integrals(b, c["seeds"], c["tri"], c["valid"], c["psi"], SHAPE)
+    monkeypatch.setattr(integrate, "CHUNK", 7)
+    monkeypatch.setattr(integrate, "UNIFORM_CHUNK", 7)
+    with threads.host_settings(block=5, min_block=1, threads=2):
+        parts = cell_integrals(*args)
+        gradient_parts = potential_integrals(b, c["seeds"], c["tri"], c["valid"], c["psi"], SHAPE)
+    for a, p in zip(whole, parts):
+        close(p, a, 1e-14, "in chunks and blocks")
+    close(gradient_parts, gradient, 1e-13, "potential integrals in chunks and blocks")
+
+
 def test_float32(power_cells):
     """In FP32 (NumPy), the integrals agree with the FP64 ground truth to FP32 accuracy."""
     from conftest import Backend

@@ -165,11 +165,10 @@ class _Grid:
         self.tol = SNAP * float(xp.finfo(origins.dtype).eps) * max(self.shape)
 
     def index(self, xp, g, axis):
-        """Voxel index along ``axis`` of grid coordinates ``g`` (snapped, clamped)."""
-        g = xp.minimum(xp.maximum(g, 0.0), self.n[axis])
-        r = xp.round(g)
-        g = xp.where(xp.abs(g - r) <= self.tol, r, g)
-        return xp.minimum(xp.astype(xp.floor(g), xp.int64), self.shape[axis] - 1)
+        """Voxel index along ``axis`` of grid coordinates ``g``: within ``tol`` below a grid
+        plane, the voxel above it; clamped to the grid."""
+        i = xp.astype(xp.floor(g + self.tol), xp.int64)
+        return xp.minimum(xp.maximum(i, 0), self.shape[axis] - 1)
 
     def ranges(self, xp, X, sl, axis):
         """Lowest and highest voxel index along ``axis`` of the triangles ``X`` (9 rows,
@@ -302,11 +301,12 @@ def _potential_terms(xp, vox, X, o, kappa, live=None):
 # ----------------------------------------------------------------------------- eager pieces
 
 def _cut(xp, X, axis, offset):
-    """The triangles ``X`` (9, P) cut by the plane ``coordinate[axis] = offset`` (P,):
-    three triangles each, ``(9, 3P)`` (the apex's, then the other side's two), their side
-    (True: above) and whether they exist (a triangle not crossed is the middle one)."""
-    X = _rows(X)
-    d = [X[3 * k + axis] - offset for k in range(3)]
+    """The triangles ``X`` (rows 0-8 their corners, further rows carried along; (R, P)) cut
+    by the plane ``coordinate[axis] = offset`` (P,): three triangles each, ``(R, 3P)`` (the
+    apex's, then the two of the quadrilateral on the other side), their side (True: above)
+    and whether they exist (a triangle the plane does not cross is the second one)."""
+    rows = _rows(X)
+    d = [rows[3 * k + axis] - offset for k in range(3)]
     s = [dk > 0 for dk in d]
     one = (s[0] == s[2]) & (s[1] != s[0])         # the apex: the vertex alone on its side
     two = (s[0] == s[1]) & (s[2] != s[0])
@@ -322,95 +322,113 @@ def _cut(xp, X, axis, offset):
     tC = xp.where(crossing, dA / xp.where(crossing, dA - dC, 1.0), 0.0)
     A, B, C, p, q = [], [], [], [], []
     for a in range(3):
-        ca, cb, cc = rotate(X[a], X[3 + a], X[6 + a])
+        ca, cb, cc = rotate(rows[a], rows[3 + a], rows[6 + a])
         A.append(ca), B.append(cb), C.append(cc)
         if a == axis:
             p.append(xp.where(crossing, offset, ca)), q.append(xp.where(crossing, offset, ca))
         else:
             p.append(ca + tB * (cb - ca)), q.append(ca + tC * (cc - ca))
-    rows = [xp.concat([t1, t2, t3]) for t1, t2, t3 in zip(A + p + q, p + B + C, p + C + q)]
+    out = [xp.concat([t1, t2, t3]) for t1, t2, t3 in zip(A + p + q, p + B + C, p + C + q)]
+    out += [xp.concat([r, r, r]) for r in rows[9:]]
     yes = xp.ones(crossing.shape, dtype=xp.bool, device=aac.device(crossing))
-    return xp.stack(rows), xp.concat([sA, sB, sB]), xp.concat([crossing, yes, crossing])
+    return xp.stack(out), xp.concat([sA, sB, sB]), xp.concat([crossing, yes, crossing])
 
 
 def _rows(X):
-    """The rows of a (9, P) array, as a list."""
+    """The rows of a 2-d array, as a list."""
     return [X[r, :] for r in range(X.shape[0])]
 
 
-def _split_axis(xp, grid, X, meta, T, axis):
-    """The triangles ``X`` (9, P) cut along ``axis`` into slabs: ``(X, meta)`` with a row
-    appended to ``meta`` (whose first row is the flat index into ``(n, T)`` of the triangle
-    each comes from): the slab of each piece."""
-    dev = aac.device(X)
-    s = xp.take(grid.sl[:, axis], meta[0, :] // T)
-    low, high = grid.ranges(xp, _rows(X), s, axis)
-    done_X, done_meta = [], []
-    while True:
-        done = low == high
-        ready = xp.nonzero(done)[0]
-        if ready.shape[0] == done.shape[0]:             # the common case: nothing (more) to cut
-            done_X.append(X)
-            done_meta.append(xp.concat([meta, low[None, :]]))
-            break
-        if ready.shape[0]:
-            done_X.append(xp.take(X, ready, axis=1))
-            done_meta.append(xp.concat([xp.take(meta, ready, axis=1), xp.take(low, ready)[None, :]]))
-        go = xp.nonzero(~done)[0]
-        X, meta, s, low, high = (xp.take(a, go, axis=-1) for a in (X, meta, s, low, high))
-        cut, side, exists = _cut(xp, X, axis, grid.plane(xp, low + 1, s, axis))
-        meta, s, low, high = (xp.concat([a, a, a], axis=-1) for a in (meta, s, low, high))
-        below = xp.nonzero(exists & ~side)[0]
-        done_X.append(xp.take(cut, below, axis=1))
-        done_meta.append(xp.concat([xp.take(meta, below, axis=1), xp.take(low, below)[None, :]]))
-        above = xp.nonzero(exists & side)[0]
-        if not above.shape[0]:
-            break
-        X, meta, s, low, high = (xp.take(a, above, axis=-1) for a in (cut, meta, s, low, high))
-        low = low + 1
-        high = xp.maximum(xp.minimum(high, grid.top(xp, _rows(X), s, axis)), low)
-    if len(done_X) == 1:
-        return done_X[0], done_meta[0]
-    return xp.concat(done_X, axis=1), xp.concat(done_meta, axis=1)
+def _split_axis(xp, grid, X, key, axis, bits):
+    """The triangles ``X`` (rows 0-8 their corners relative to their cells' origins, row 9
+    the origin relative to ``lo`` along ``axis``) cut along ``axis`` into slabs:
+    ``(X, key)`` with the slab of each piece appended to its ``key`` (shifted by ``bits``).
+
+    Round after round, the triangles spanning several slabs are cut at their lowest plane:
+    those below it are done, those above it go on; the slab range of each is inherited
+    (the lowest one structurally: one more than its parent's)."""
+    low, high = grid.ranges(xp, _rows(X), X[9, :], axis)
+    done = low == high
+    go = xp.nonzero(~done)[0]
+    if not go.shape[0]:                                 # the common case: nothing to cut
+        return X, xp.bitwise_or(xp.bitwise_left_shift(key, bits), low)
+    ready = xp.nonzero(done)[0]
+    out_X = [xp.take(X, ready, axis=1)]
+    out_key = [xp.bitwise_or(xp.bitwise_left_shift(xp.take(key, ready), bits), xp.take(low, ready))]
+    M = xp.take(xp.stack([key, low, high]), go, axis=1)
+    X = xp.take(X, go, axis=1)
+    while X.shape[1]:
+        cut, side, exists = _cut(xp, X, axis, grid.plane(xp, M[1, :] + 1, X[9, :], axis))
+        M = xp.concat([M, M, M], axis=1)
+        low = M[1, :] + xp.astype(side, xp.int64)
+        high = xp.where(side, xp.maximum(xp.minimum(M[2, :], grid.top(xp, _rows(cut), cut[9, :], axis)), low), low)
+        last = low == high
+        fin = xp.nonzero(exists & last)[0]
+        out_X.append(xp.take(cut, fin, axis=1))
+        out_key.append(xp.bitwise_or(xp.bitwise_left_shift(xp.take(M[0, :], fin), bits), xp.take(low, fin)))
+        more = xp.nonzero(exists & ~last)[0]
+        X = xp.take(cut, more, axis=1)
+        M = xp.take(xp.stack([M[0, :], low, high]), more, axis=1)
+    return xp.concat(out_X, axis=1), xp.concat(out_key)
 
 
 #: Triangles per chunk of the eager kernels: the temporaries of a chunk's pieces stay in
-#: the CPU caches.
-CHUNK = 4096
+#: the CPU caches (measured on NumPy, 1e5 cells on a 32^3 grid, one thread: 4096 triangles
+#: 2.3 s, 8192 1.9 s, 16384 1.7 s per 4e4 cells; the whole block at once 3-5x slower).
+CHUNK = 16384
+
+#: Triangles per chunk of the closed forms on a (1, 1, 1) grid (no pieces; measured, 1e5
+#: cells: 0.65 s in chunks of 4096, 0.47 s of 16384, 0.41 s of 65536, 0.68 s of 262144).
+UNIFORM_CHUNK = 65536
 
 
-def _eager_triangles(xp, triangles, valid, origin=None):
+def _eager_triangles(xp, triangles, valid, origin=None, chunk=None):
     """Chunk after chunk of the valid triangles: ``X`` (9, C) relative to the seeds, or to
     the cells' ``origin`` (n, 3) relative to the seeds if given (rows: the coordinates of
     the corners), ``index`` (C,) their flat index into ``(n, T)``."""
     n, T = valid.shape
     keep = xp.nonzero(xp.reshape(valid, (-1,)))[0]
     flat = xp.reshape(triangles, (n * T, 9))
-    total = keep.shape[0]
-    for start in range(0, total, CHUNK):
-        index = keep[start:min(start + CHUNK, total)]
-        chunk = xp.take(flat, index, axis=0)
+    total, size = keep.shape[0], chunk or CHUNK
+    for start in range(0, total, size):
+        index = keep[start:min(start + size, total)]
+        rows = xp.take(flat, index, axis=0)
         if origin is None:
-            yield xp.stack([chunk[:, r] for r in range(9)]), index
+            yield xp.stack([rows[:, r] for r in range(9)]), index
         else:
             o = [xp.take(origin[:, a], index // T) for a in range(3)]
-            yield xp.stack([chunk[:, r] - o[r % 3] for r in range(9)]), index
+            yield xp.stack([rows[:, r] - o[r % 3] for r in range(9)]), index
 
 
 def _eager_pieces(xp, grid, triangles, valid, origin):
     """Chunk after chunk of the valid triangles, their pieces in one voxel each, as
-    triangles: ``X`` (9, Q) relative to the cells' origins, ``meta`` (4, Q): the flat index
-    into ``(n, T)`` of the triangle each comes from, and the voxel ``(i, j, k)``."""
-    T = valid.shape[1]
-    dev = aac.device(triangles)
+    triangles: ``X`` (9, Q) relative to the cells' origins, and per piece its cell, the
+    flat index into ``(n, T)`` of the triangle it comes from, and its voxel ``i, j, k``."""
+    n, T = valid.shape
+    bits = [max(int(m - 1).bit_length(), 1) for m in (n, T) + grid.shape]     # of the fields of a key
+    if sum(bits) > 62:
+        raise ValueError(f"sdot: {n} cells of {T} triangles on a grid of {grid.shape} voxels: too many for "
+                         "64-bit piece keys (integrate in blocks of fewer cells)")
     for X, index in _eager_triangles(xp, triangles, valid, origin):
-        meta = index[None, :]
+        # a key per piece: the cell, the triangle in the cell, the voxel, as bit fields
+        cell = index // T
+        key = xp.bitwise_or(xp.bitwise_left_shift(cell, bits[1]), index - cell * T)
+        done = 0
         for axis in range(3):
-            if grid.shape[axis] == 1:
-                meta = xp.concat([meta, xp.zeros((1, meta.shape[1]), dtype=xp.int64, device=dev)])
+            if grid.shape[axis] > 1:
+                owner = xp.bitwise_right_shift(key, bits[1] + done) if done else cell
+                X = xp.concat([X[:9, :], xp.take(grid.sl[:, axis], owner)[None, :]])
+                X, key = _split_axis(xp, grid, X, key, axis, bits[2 + axis])
             else:
-                X, meta = _split_axis(xp, grid, X, meta, T, axis)
-        yield X, meta
+                key = xp.bitwise_left_shift(key, bits[2 + axis])
+            done += bits[2 + axis]
+        fields = []
+        for b in bits[:1:-1]:
+            fields.append(xp.bitwise_and(key, (1 << b) - 1))
+            key = xp.bitwise_right_shift(key, b)
+        t = xp.bitwise_and(key, (1 << bits[1]) - 1)
+        cell = xp.bitwise_right_shift(key, bits[1])
+        yield X[:9, :], (cell, cell * T + t, fields[2], fields[1], fields[0])
 
 
 def _cell_integrals_eager(xp, grid, origin, triangles, slot, valid, F, flat_values, tables):
@@ -420,13 +438,11 @@ def _cell_integrals_eager(xp, grid, origin, triangles, slot, valid, F, flat_valu
     moments = [xp.zeros((n,), dtype=dtype, device=dev) for _ in range(5)]
     facet = xp.zeros((n * F,), dtype=dtype, device=dev)
     flat_slot = xp.reshape(slot, (-1,))
-    for X, meta in _eager_pieces(xp, grid, triangles, valid, origin):
-        cell = meta[0, :] // T
-        vox = _Voxel(xp, grid, meta[1, :], meta[2, :], meta[3, :], xp.take(grid.sl[:, 0], cell),
-                     xp.take(grid.base, cell), tables, flat_values)
+    for X, (cell, tri, i, j, k) in _eager_pieces(xp, grid, triangles, valid, origin):
+        vox = _Voxel(xp, grid, i, j, k, xp.take(grid.sl[:, 0], cell), xp.take(grid.base, cell), tables, flat_values)
         terms = _moment_terms(xp, vox, _rows(X))
         moments = [m + _compat.segment_sum(xp, t, cell, n) for m, t in zip(moments, terms)]
-        facet = facet + _compat.segment_sum(xp, terms[5], cell * F + xp.take(flat_slot, meta[0, :]), n * F)
+        facet = facet + _compat.segment_sum(xp, terms[5], cell * F + xp.take(flat_slot, tri), n * F)
     return xp.stack(moments, axis=1), xp.reshape(facet, (n, F))
 
 
@@ -437,10 +453,8 @@ def _potential_eager(xp, grid, origin, triangles, valid, kappa, scatter):
     dtype, dev = triangles.dtype, aac.device(triangles)
     acc = (xp.zeros((3 * n1 * n2 * (n0 + 1),), dtype=dtype, device=dev),
            xp.zeros((n0 * n1 * n2,), dtype=dtype, device=dev))
-    for X, meta in _eager_pieces(xp, grid, triangles, valid, origin):
-        cell = meta[0, :] // T
-        vox = _Voxel(xp, grid, meta[1, :], meta[2, :], meta[3, :], xp.take(grid.sl[:, 0], cell),
-                     xp.take(grid.base, cell))
+    for X, (cell, _, i, j, k) in _eager_pieces(xp, grid, triangles, valid, origin):
+        vox = _Voxel(xp, grid, i, j, k, xp.take(grid.sl[:, 0], cell), xp.take(grid.base, cell))
         o = [xp.take(origin[:, a], cell) for a in range(3)]
         acc = scatter(vox, _potential_terms(xp, vox, _rows(X), o, xp.take(kappa, cell)), acc)
     return acc[0][None, :], acc[1][None, :]
@@ -636,7 +650,7 @@ def _uniform_integrals(xp, triangles, slot, valid, F, values):
         return c * moments, c * xp.reshape(facet, (n, F))
     moments = [xp.zeros((n,), dtype=dtype, device=dev) for _ in range(5)]
     facet = xp.zeros((n * F,), dtype=dtype, device=dev)
-    for X, index in _eager_triangles(xp, triangles, valid):
+    for X, index in _eager_triangles(xp, triangles, valid, chunk=UNIFORM_CHUNK):
         terms = _tetrahedra(xp, _rows(X))
         cell = index // T
         moments = [m + _compat.segment_sum(xp, t, cell, n) for m, t in zip(moments, terms)]
