@@ -492,74 +492,100 @@ def _clip(xp, A, B, ok, c, axis, sign, plane, apply):
     return A, B, (ok & (ia | ib)) | closing
 
 
-def _static_pieces(xp, grid, triangles, valid, visit, acc):
-    """``acc = visit(X, live, normal, (i, j, k), acc)`` for every r, with the piece of every
-    triangle in voxel r of its box of voxels ``(i, j, k)`` (P,) given by the triangles
-    ``X`` (9 arrays (P, E), ``live`` where they count) from a point of the piece to its
-    boundary edges (signed: their sum is the piece), ``normal`` the triangle's unit normal.
+#: Triangles per segment of the static path: the triangles sorted by their count of voxels,
+#: each segment runs as many rounds as its first needs.
+SEGMENT = 8192
 
-    The piece is the triangle clipped by the voxel's planes (those inside the box of
-    voxels), as a list of edges: the triangle's 3, and one per clip."""
+
+def _static_pieces(xp, grid, triangles, valid, visit, acc):
+    """``acc = visit(X, live, normal, (i, j, k), rows, acc)`` over the pieces of the valid
+    triangles (relative to their cells' origins), in static shapes.
+
+    The triangles are sorted by the count of voxels of their boxes (most first) and taken
+    by segments of :data:`SEGMENT`; round r of a segment takes voxel r of the box of each
+    of its triangles (``rows``, flat indices into ``(n, T)``) and the piece of the triangle
+    in it: the triangles ``X`` (9 arrays (S, E), ``live`` where they count) from a point
+    of the piece to its boundary edges (signed: their sum is the piece), ``normal`` the
+    triangle's unit normal (3 arrays (S, 1)). The piece is the triangle clipped by the
+    voxel's planes (those inside the box), as a list of edges: the triangle's 3, one per
+    clip. A segment runs as many rounds as its first triangle has voxels; the invalid
+    triangles (none) come last."""
     n, T = valid.shape
     P = n * T
     dev = aac.device(triangles)
     dtype = triangles.dtype
     flat = xp.reshape(triangles, (P, 9))
     ok = xp.reshape(valid, (-1,))
+    cell = xp.arange(P, dtype=xp.int64, device=dev) // T
     X = [flat[:, r] for r in range(9)]
-    sl = [xp.reshape(xp.broadcast_to(grid.sl[:, a:a + 1], (n, T)), (-1,)) for a in range(3)]
-    low, high = [], []
+    boxes = xp.astype(ok, xp.int64)
     for a in range(3):
-        lw, hg = grid.ranges(xp, X, sl[a], a)
-        low.append(xp.where(ok, lw, 0)), high.append(xp.where(ok, hg, 0))
-    size = [hg - lw + 1 for lw, hg in zip(low, high)]
-    boxes = size[0] * size[1] * size[2]
-    last = xp.max(xp.where(ok, boxes, 0))
+        lw, hg = grid.ranges(xp, X, xp.take(grid.sl[:, a], cell), a)
+        boxes = boxes * (hg - lw + 1)
+    S = min(SEGMENT, P)
+    order = xp.argsort(boxes, descending=True, stable=True)
     axes = [a for a in range(3) if grid.shape[a] > 1]
     E = 3 + 2 * len(axes)
-    corners = xp.reshape(triangles, (P, 3, 3))
-    pad = xp.zeros((P, E - 3, 3), dtype=dtype, device=dev)
-    edges_a = xp.concat([corners, pad], axis=1)
-    edges_b = xp.concat([corners[:, 1:, :], corners[:, :1, :], pad], axis=1)
-    e1 = [X[3 + a] - X[a] for a in range(3)]
-    e2 = [X[6 + a] - X[a] for a in range(3)]
-    normal = [e1[1] * e2[2] - e1[2] * e2[1], e1[2] * e2[0] - e1[0] * e2[2], e1[0] * e2[1] - e1[1] * e2[0]]
-    length = xp.sqrt(normal[0] * normal[0] + normal[1] * normal[1] + normal[2] * normal[2])
-    normal = [(c / xp.where(length > 0.0, length, 1.0))[:, None] for c in normal]
     clip_axis = xp.asarray([a for a in axes for _ in range(2)], dtype=xp.int64, device=dev)
     clip_sign = xp.asarray([s_ for _ in axes for s_ in (-1.0, 1.0)], dtype=dtype, device=dev)
     columns = xp.arange(2 * len(axes), dtype=xp.int64, device=dev)[None, :]
+    within = xp.arange(S, dtype=xp.int64, device=dev)
 
-    def body(state):
-        r, acc = state
-        live = ok & (r < boxes)
-        rz = r % size[2]
-        ry = (r // size[2]) % size[1]
-        rx = r // (size[2] * size[1])
-        index = [xp.minimum(low[0] + rx, high[0]), xp.minimum(low[1] + ry, high[1]),
-                 xp.minimum(low[2] + rz, high[2])]
-        offsets = (rx, ry, rz)
-        planes = xp.stack([grid.plane(xp, index[a] + side, sl[a], a) for a in axes for side in (0, 1)], axis=1)
-        apply = xp.stack([offsets[a] > 0 if side == 0 else offsets[a] < size[a] - 1
-                          for a in axes for side in (0, 1)], axis=1)
+    def segment(g, acc):
+        at = g * S + within
+        rows = xp.take(order, xp.minimum(at, P - 1))
+        Xs = xp.take(flat, rows, axis=0)                                  # (S, 9)
+        here = xp.take(ok, rows) & (at < P)
+        sl = [xp.take(grid.sl[:, a], rows // T) for a in range(3)]
+        corners = [Xs[:, r] for r in range(9)]
+        low, high = [], []
+        for a in range(3):
+            lw, hg = grid.ranges(xp, corners, sl[a], a)
+            low.append(lw), high.append(hg)
+        size = [hg - lw + 1 for lw, hg in zip(low, high)]
+        count = xp.where(here, size[0] * size[1] * size[2], 0)
+        triangle = xp.reshape(Xs, (S, 3, 3))
+        pad = xp.zeros((S, E - 3, 3), dtype=dtype, device=dev)
+        edges_a = xp.concat([triangle, pad], axis=1)
+        edges_b = xp.concat([triangle[:, 1:, :], triangle[:, :1, :], pad], axis=1)
+        e1 = [corners[3 + a] - corners[a] for a in range(3)]
+        e2 = [corners[6 + a] - corners[a] for a in range(3)]
+        normal = [e1[1] * e2[2] - e1[2] * e2[1], e1[2] * e2[0] - e1[0] * e2[2], e1[0] * e2[1] - e1[1] * e2[0]]
+        length = xp.sqrt(normal[0] * normal[0] + normal[1] * normal[1] + normal[2] * normal[2])
+        normal = [(c / xp.where(length > 0.0, length, 1.0))[:, None] for c in normal]
 
-        def clip(c, edges):
-            pick = columns == c
-            return _clip(xp, *edges, c, xp.sum(xp.where(pick[0, :], clip_axis, 0)),
-                         xp.sum(xp.where(pick[0, :], clip_sign, 0.0)),
-                         xp.sum(xp.where(pick, planes, 0.0), axis=1), xp.any(pick & apply, axis=1))
+        def body(state):
+            r, acc = state
+            live = r < count
+            rz = r % size[2]
+            ry = (r // size[2]) % size[1]
+            rx = r // (size[2] * size[1])
+            index = [xp.minimum(low[0] + rx, high[0]), xp.minimum(low[1] + ry, high[1]),
+                     xp.minimum(low[2] + rz, high[2])]
+            offsets = (rx, ry, rz)
+            planes = xp.stack([grid.plane(xp, index[a] + side, sl[a], a) for a in axes for side in (0, 1)], axis=1)
+            apply = xp.stack([offsets[a] > 0 if side == 0 else offsets[a] < size[a] - 1
+                              for a in axes for side in (0, 1)], axis=1)
 
-        on = xp.concat([xp.broadcast_to(live[:, None], (P, 3)), xp.zeros((P, E - 3), dtype=xp.bool, device=dev)],
-                       axis=1)
-        A, B, on = _compat.fori_loop(0, 2 * len(axes), clip, (edges_a, edges_b, on))
-        weight = xp.astype(on, dtype)[..., None]
-        O = xp.sum(weight * A, axis=1, keepdims=True) / xp.maximum(xp.sum(weight, axis=1, keepdims=True), 1.0)
-        O = xp.broadcast_to(O, A.shape)
-        tri = [Y[..., a] for Y in (O, A, B) for a in range(3)]
-        return r + 1, visit(tri, on, normal, index, acc)
+            def clip(c, edges):
+                pick = columns == c
+                return _clip(xp, *edges, c, xp.sum(xp.where(pick[0, :], clip_axis, 0)),
+                             xp.sum(xp.where(pick[0, :], clip_sign, 0.0)),
+                             xp.sum(xp.where(pick, planes, 0.0), axis=1), xp.any(pick & apply, axis=1))
 
-    state = (xp.asarray(0, dtype=xp.int64, device=dev), acc)
-    return _compat.while_loop(lambda s_: s_[0] < last, body, state)[1]
+            on = xp.concat([xp.broadcast_to(live[:, None], (S, 3)), xp.zeros((S, E - 3), dtype=xp.bool, device=dev)],
+                           axis=1)
+            A, B, on = _compat.fori_loop(0, 2 * len(axes), clip, (edges_a, edges_b, on))
+            weight = xp.astype(on, dtype)[..., None]
+            O = xp.sum(weight * A, axis=1, keepdims=True) / xp.maximum(xp.sum(weight, axis=1, keepdims=True), 1.0)
+            O = xp.broadcast_to(O, A.shape)
+            tri = [Y[..., a] for Y in (O, A, B) for a in range(3)]
+            return r + 1, visit(tri, on, normal, index, rows, acc)
+
+        state = (xp.asarray(0, dtype=xp.int64, device=dev), acc)
+        return _compat.while_loop(lambda s_: s_[0] < xp.max(count), body, state)[1]
+
+    return _compat.fori_loop(0, -(-P // S), segment, acc)
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -573,20 +599,20 @@ def _cell_integrals(xp, seeds, origin, triangles, slot, valid, F, values, tables
     flat_values = xp.reshape(values, (-1,))
     if not _compat.static_shapes(triangles, valid):
         return _cell_integrals_eager(xp, grid, origin, triangles, slot, valid, F, flat_values, tables)
-    P = n * T
-    cell = xp.arange(P, dtype=xp.int64, device=aac.device(seeds)) // T
-    bx, base = xp.take(grid.sl[:, 0], cell), xp.take(grid.base, cell)
+    flat_slot = xp.reshape(slot, (-1,))
 
-    def visit(X, live, normal, index, acc):
-        vox = _Voxel(xp, grid, index[0], index[1], index[2], bx, base, tables, flat_values).fan()
-        return tuple(a + xp.sum(t, axis=1) for a, t in zip(acc, _moment_terms(xp, vox, X, live, normal)))
+    def visit(X, live, normal, index, rows, acc):
+        cell = rows // T
+        vox = _Voxel(xp, grid, index[0], index[1], index[2], xp.take(grid.sl[:, 0], cell), xp.take(grid.base, cell),
+                     tables, flat_values).fan()
+        terms = [xp.sum(t, axis=1) for t in _moment_terms(xp, vox, X, live, normal)]
+        moments = tuple(a + _compat.segment_sum(xp, t, cell, n) for a, t in zip(acc[:5], terms))
+        return moments + (acc[5] + _compat.segment_sum(xp, terms[5], cell * F + xp.take(flat_slot, rows), n * F),)
 
-    zero = xp.zeros((P,), dtype=seeds.dtype, device=aac.device(seeds))
-    acc = _static_pieces(xp, grid, triangles - origin[:, None, None, :], valid, visit, (zero,) * 6)
-    moments = xp.stack([xp.sum(xp.reshape(a, (n, T)), axis=1) for a in acc[:5]], axis=1)
-    flat_slot = cell * F + xp.reshape(slot, (-1,))
-    facet = xp.reshape(_compat.segment_sum(xp, acc[5], flat_slot, n * F), (n, F))
-    return moments, facet
+    zero = xp.zeros((n,), dtype=seeds.dtype, device=aac.device(seeds))
+    acc = (zero,) * 5 + (xp.zeros((n * F,), dtype=seeds.dtype, device=aac.device(seeds)),)
+    acc = _static_pieces(xp, grid, triangles - origin[:, None, None, :], valid, visit, acc)
+    return xp.stack(acc[:5], axis=1), xp.reshape(acc[5], (n, F))
 
 
 @_compat.jit_on_jax("shape")
@@ -613,16 +639,13 @@ def _potential_block(xp, seeds, origin, triangles, valid, psi, shape, lo, hi):
 
     if not _compat.static_shapes(triangles, valid):
         return _potential_eager(xp, grid, origin, triangles, valid, kappa, scatter)
-    P = n * T
-    cell = xp.arange(P, dtype=xp.int64, device=dev) // T
-    bx, base = xp.take(grid.sl[:, 0], cell), xp.take(grid.base, cell)
-    o = [xp.take(origin[:, a], cell)[:, None] for a in range(3)]
-    k = xp.take(kappa, cell)[:, None]
 
-    def visit(X, live, normal, index, acc):
-        vox = _Voxel(xp, grid, index[0], index[1], index[2], bx, base)
-        terms = [xp.sum(t, axis=1) for t in _potential_terms(xp, vox.fan(), X, o, k, live)]
-        return scatter(vox, terms, acc)
+    def visit(X, live, normal, index, rows, acc):
+        cell = rows // T
+        vox = _Voxel(xp, grid, index[0], index[1], index[2], xp.take(grid.sl[:, 0], cell), xp.take(grid.base, cell))
+        o = [xp.take(origin[:, a], cell)[:, None] for a in range(3)]
+        terms = _potential_terms(xp, vox.fan(), X, o, xp.take(kappa, cell)[:, None], live)
+        return scatter(vox, [xp.sum(t, axis=1) for t in terms], acc)
 
     acc = (xp.zeros((3 * size,), dtype=seeds.dtype, device=dev), xp.zeros((nvox,), dtype=seeds.dtype, device=dev))
     g_tables, g_voxels = _static_pieces(xp, grid, triangles - origin[:, None, None, :], valid, visit, acc)
