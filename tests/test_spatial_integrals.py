@@ -70,7 +70,9 @@ def power_cells():
     psi[:3] += [0.02, 0.08, 2.8]                                         # their cells are not empty
     tri, slot, valid, F, info = sc.power_cells(seeds, psi, LO, HI)
     assert valid.sum(1).min() > 0
-    tri[~valid] = 1e3 * rng.standard_normal((int((~valid).sum()), 3, 3))  # junk in the unused slots
+    junk = 1e3 * rng.standard_normal((int((~valid).sum()), 3, 3))          # in the unused slots
+    junk[::2] = np.nan
+    tri[~valid] = junk
     values = 0.5 + rng.random(SHAPE)
     pieces = sc.piece_moments(seeds, info, SHAPE, LO, HI)
     moments = np.einsum("ijklm,jkl->im", pieces, values)
@@ -82,8 +84,8 @@ def power_cells():
 
 def test_power_cells_against_clipped_pieces(backend, power_cells):
     """Masses, first and second moments about the seeds and facet integrals of 24 power
-    cells (some seeds outside the box, junk in the unused triangle slots) on a 4 x 5 x 3
-    grid: those of the cells clipped by every voxel, to 1e-12."""
+    cells (some seeds outside the box, junk and NaN in the unused triangle slots) on a
+    4 x 5 x 3 grid: those of the cells clipped by every voxel, to 1e-12."""
     c = power_cells
     moments, facet = cell_integrals(backend, c["seeds"], c["tri"], c["slot"], c["valid"], c["F"], c["values"])
     close(moments, c["moments"], 1e-12, "moments")

@@ -462,30 +462,29 @@ def _potential_eager(xp, grid, origin, triangles, valid, kappa, scatter):
 
 # ----------------------------------------------------------------------------- static pieces
 
-def _clip(xp, A, B, ok, c, axis, sign, plane, apply):
-    """Clip ``c`` of the pieces given by their directed boundary edges ``(A, B)`` ((P, E, 3)
-    each, ``ok`` (P, E) the edges in use): to ``sign (x[axis] - plane) <= 0`` (``axis``
-    a 0-d integer, ``sign`` +-1, ``plane`` (P,)) where ``apply`` (P,); the new edge goes
-    to slot ``3 + c``.
+def _clip(xp, A, B, ok, slot, axis, sign, plane, apply):
+    """The pieces given by their directed boundary edges ``(A, B)`` ((P, E, 3) each, ``ok``
+    (P, E) the edges in use) clipped to ``sign (x[axis] - plane) <= 0`` (``sign`` +-1, a
+    0-d array, ``plane`` (P,)) where ``apply`` (P,); the new edge goes to slot ``slot``.
 
     Each edge is clipped on its own; the new edge, along the plane, goes from the point
     where the boundary leaves the half-space to the point where it comes back. No gather
     (they compile slowly under ``jax.jit``): a piece is convex, so there is one of each
     (their means if rounding makes more), found by one masked sum."""
     dev = aac.device(A)
-    is_axis = xp.arange(3, dtype=xp.int64, device=dev) == axis
-    da = sign * (xp.sum(xp.where(is_axis, A, 0.0), axis=2) - plane[:, None])
-    db = sign * (xp.sum(xp.where(is_axis, B, 0.0), axis=2) - plane[:, None])
+    da, db = sign * (A[..., axis] - plane[:, None]), sign * (B[..., axis] - plane[:, None])
     on = apply[:, None]
     ia, ib = (da <= 0.0) | ~on, (db <= 0.0) | ~on
     leave, enter = ok & ia & ~ib, ok & ~ia & ib
-    t = (da / xp.where(ia == ib, -1.0, da - db))[..., None]
-    cross = xp.where(is_axis, plane[:, None, None], A + t * (B - A))                     # (P, E, 3)
-    one = xp.ones(cross.shape[:2] + (1,), dtype=cross.dtype, device=dev)
-    weights = xp.stack([xp.astype(leave, cross.dtype), xp.astype(enter, cross.dtype)], axis=2)   # (P, E, 2)
-    sums = xp.sum(weights[..., None] * xp.concat([cross, one], axis=2)[:, :, None, :], axis=1)   # (P, 2, 4)
+    t = da / xp.where(ia == ib, -1.0, da - db)
+    at_plane = xp.broadcast_to(plane[:, None], t.shape)
+    cross = xp.stack([at_plane if c == axis else A[..., c] + t * (B[..., c] - A[..., c]) for c in range(3)]
+                     + [xp.ones(t.shape, dtype=t.dtype, device=dev)], axis=2)                # (P, E, 4)
+    weights = xp.stack([xp.astype(leave, t.dtype), xp.astype(enter, t.dtype)], axis=2)      # (P, E, 2)
+    sums = xp.sum(weights[..., None] * cross[:, :, None, :], axis=1)                         # (P, 2, 4)
     ends = sums[..., :3] / xp.maximum(sums[..., 3:], 1.0)
-    new = (xp.arange(A.shape[1], dtype=xp.int64, device=dev) == 3 + c)[None, :]
+    cross = cross[..., :3]
+    new = (xp.arange(A.shape[1], dtype=xp.int64, device=dev) == slot)[None, :]
     closing = new & ((sums[:, 0, 3] > 0.0) & (sums[:, 1, 3] > 0.0))[:, None]
     A = xp.where(new[..., None], ends[:, :1, :], xp.where(enter[..., None], cross, A))
     B = xp.where(new[..., None], ends[:, 1:, :], xp.where(leave[..., None], cross, B))
@@ -514,21 +513,19 @@ def _static_pieces(xp, grid, triangles, valid, visit, acc):
     P = n * T
     dev = aac.device(triangles)
     dtype = triangles.dtype
-    flat = xp.reshape(triangles, (P, 9))
     ok = xp.reshape(valid, (-1,))
+    flat = xp.where(ok[:, None], xp.reshape(triangles, (P, 9)), 0.0)     # no junk from the unused slots
     cell = xp.arange(P, dtype=xp.int64, device=dev) // T
     X = [flat[:, r] for r in range(9)]
-    boxes = xp.astype(ok, xp.int64)
+    boxes, axes_cut = xp.astype(ok, xp.int64), 0
     for a in range(3):
         lw, hg = grid.ranges(xp, X, xp.take(grid.sl[:, a], cell), a)
-        boxes = boxes * (hg - lw + 1)
+        boxes, axes_cut = boxes * (hg - lw + 1), axes_cut + (1 << a) * xp.astype(hg > lw, xp.int64)
     S = min(SEGMENT, P)
-    order = xp.argsort(boxes, descending=True, stable=True)
+    # most voxels first, and among those of a count, by the axes they span: the clips no
+    # triangle of a segment needs are skipped (a segment of triangles in one voxel clips none)
+    order = xp.argsort(boxes * 8 + axes_cut, descending=True, stable=True)
     axes = [a for a in range(3) if grid.shape[a] > 1]
-    E = 3 + 2 * len(axes)
-    clip_axis = xp.asarray([a for a in axes for _ in range(2)], dtype=xp.int64, device=dev)
-    clip_sign = xp.asarray([s_ for _ in axes for s_ in (-1.0, 1.0)], dtype=dtype, device=dev)
-    columns = xp.arange(2 * len(axes), dtype=xp.int64, device=dev)[None, :]
     within = xp.arange(S, dtype=xp.int64, device=dev)
 
     def segment(g, acc):
@@ -545,9 +542,8 @@ def _static_pieces(xp, grid, triangles, valid, visit, acc):
         size = [hg - lw + 1 for lw, hg in zip(low, high)]
         count = xp.where(here, size[0] * size[1] * size[2], 0)
         triangle = xp.reshape(Xs, (S, 3, 3))
-        pad = xp.zeros((S, E - 3, 3), dtype=dtype, device=dev)
-        edges_a = xp.concat([triangle, pad], axis=1)
-        edges_b = xp.concat([triangle[:, 1:, :], triangle[:, :1, :], pad], axis=1)
+        edges_a, edges_b = triangle, xp.concat([triangle[:, 1:, :], triangle[:, :1, :]], axis=1)
+        two = (xp.zeros((S, 2, 3), dtype=dtype, device=dev), xp.zeros((S, 2), dtype=xp.bool, device=dev))
         e1 = [corners[3 + a] - corners[a] for a in range(3)]
         e2 = [corners[6 + a] - corners[a] for a in range(3)]
         normal = [e1[1] * e2[2] - e1[2] * e2[1], e1[2] * e2[0] - e1[0] * e2[2], e1[0] * e2[1] - e1[1] * e2[0]]
@@ -563,19 +559,22 @@ def _static_pieces(xp, grid, triangles, valid, visit, acc):
             index = [xp.minimum(low[0] + rx, high[0]), xp.minimum(low[1] + ry, high[1]),
                      xp.minimum(low[2] + rz, high[2])]
             offsets = (rx, ry, rz)
-            planes = xp.stack([grid.plane(xp, index[a] + side, sl[a], a) for a in axes for side in (0, 1)], axis=1)
-            apply = xp.stack([offsets[a] > 0 if side == 0 else offsets[a] < size[a] - 1
-                              for a in axes for side in (0, 1)], axis=1)
+            A, B, on = edges_a, edges_b, xp.broadcast_to(live[:, None], (S, 3))
+            for stage, a in enumerate(axes):                # the voxel's planes across a, below then above
+                A, B, on = (xp.concat([A, two[0]], axis=1), xp.concat([B, two[0]], axis=1),
+                            xp.concat([on, two[1]], axis=1))
+                below, above = grid.plane(xp, index[a], sl[a], a), grid.plane(xp, index[a] + 1, sl[a], a)
 
-            def clip(c, edges):
-                pick = columns == c
-                return _clip(xp, *edges, c, xp.sum(xp.where(pick[0, :], clip_axis, 0)),
-                             xp.sum(xp.where(pick[0, :], clip_sign, 0.0)),
-                             xp.sum(xp.where(pick, planes, 0.0), axis=1), xp.any(pick & apply, axis=1))
+                def clip(side, edges, a=a, stage=stage, below=below, above=above):
+                    upper = xp.asarray(side > 0, device=dev)
+                    needed = xp.where(upper, offsets[a] < size[a] - 1, offsets[a] > 0)
+                    sign = 2.0 * side - 1.0
+                    return _compat.cond(
+                        xp.any(needed),
+                        lambda: _clip(xp, *edges, 3 + 2 * stage + side, a, sign, xp.where(upper, above, below), needed),
+                        lambda: edges)
 
-            on = xp.concat([xp.broadcast_to(live[:, None], (S, 3)), xp.zeros((S, E - 3), dtype=xp.bool, device=dev)],
-                           axis=1)
-            A, B, on = _compat.fori_loop(0, 2 * len(axes), clip, (edges_a, edges_b, on))
+                A, B, on = _compat.fori_loop(0, 2, clip, (A, B, on))
             weight = xp.astype(on, dtype)[..., None]
             O = xp.sum(weight * A, axis=1, keepdims=True) / xp.maximum(xp.sum(weight, axis=1, keepdims=True), 1.0)
             O = xp.broadcast_to(O, A.shape)
