@@ -136,6 +136,22 @@ def test_chunks_and_blocks(power_cells, monkeypatch, values):
     close(gradient_parts, gradient, 1e-13, "potential integrals in chunks and blocks")
 
 
+def test_no_cells_and_empty_cells(backend):
+    """No cells at all, and cells with no valid triangle: zero integrals (eager and static
+    paths; JAX runs the static path, as strict-static)."""
+    if backend.name.startswith("jax"):
+        pytest.skip("the static path is exercised by strict-static")
+    tri = np.zeros((2, 12, 3, 3))
+    for values in (np.ones((1, 1, 1)), np.ones(SHAPE)):
+        for n in (0, 2):
+            moments, facet = cell_integrals(backend, np.zeros((n, 3)), tri[:n], np.zeros((n, 12), np.int64),
+                                            np.zeros((n, 12), bool), 6, values)
+            assert moments.shape == (n, 5) and facet.shape == (n, 6)
+            assert not moments.any() and not facet.any()
+    grad = potential_integrals(backend, np.zeros((2, 3)), tri, np.zeros((2, 12), bool), np.zeros(2), SHAPE)
+    assert grad.shape == SHAPE and not grad.any()
+
+
 def test_float32(power_cells):
     """In FP32 (NumPy), the integrals agree with the FP64 ground truth to FP32 accuracy."""
     from conftest import Backend

@@ -42,10 +42,12 @@ The splitting:
   still spanning several slabs are kept (compacted), so the work follows the pieces
   there are. A triangle inside one voxel is never cut.
 - under static shapes (JAX, traced or not: the kernels are jitted; array_api_strict
-  without data-dependent shapes): round r takes voxel r of every triangle's box of voxels
-  and clips the triangle to it, as a list of at most 9 directed edges (the triangle's 3,
-  one per clip), with no gather; the piece is integrated as the fan of its edges from a
-  point of it. The loop runs the largest box's voxel count times.
+  without data-dependent shapes): the triangles are sorted by the number of voxels of
+  their boxes and taken by segments; round r of a segment takes voxel r of the box of
+  each of its triangles and clips the triangle to it, as a list of at most 9 directed
+  edges (the triangle's 3, one per clip; no gather, and the clips no triangle of the
+  segment needs are skipped); the piece is integrated as the fan of its edges from a
+  point of it. A segment runs as many rounds as its first triangle has voxels.
 
 Voxel indices are assigned structurally (slab after slab along each cut), never
 read back from the cut coordinates; grid coordinates within a few ulps of a grid plane
@@ -511,6 +513,8 @@ def _static_pieces(xp, grid, triangles, valid, visit, acc):
     triangles (none) come last."""
     n, T = valid.shape
     P = n * T
+    if P == 0:
+        return acc
     dev = aac.device(triangles)
     dtype = triangles.dtype
     ok = xp.reshape(valid, (-1,))
