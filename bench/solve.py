@@ -103,7 +103,7 @@ def _instrument(totals):
     """Wrap the core's phases with wall-clock timers (eager backends)."""
     from sdot._core import _compat, newton, planar, spatial
     from sdot._core.planar import integrate
-    from sdot._core.spatial import voxels
+    from sdot._core.spatial import integrate as voxels
 
     def timed(module, name, phase, inner=()):
         fn = getattr(module, name)

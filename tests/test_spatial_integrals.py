@@ -1,5 +1,5 @@
 """Exact integrals of a voxel density over 3D cells given as boundary triangle soups
-(``sdot._core.spatial.integrate``), on every backend, against ground truth that does not
+(``sdot._core.spatial.faces``), on every backend, against ground truth that does not
 come from the code under test (:mod:`spatial_cells`): power cells built with scipy
 (``HalfspaceIntersection``) and clipped by every voxel, and boxes in closed form."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import spatial_cells as sc
-from sdot._core.spatial import integrate
+from sdot._core.spatial import faces as integrate
 
 LO, HI = np.array([-0.5, 0.2, 1.0]), np.array([0.7, 1.4, 1.9])
 SHAPE = (4, 5, 3)

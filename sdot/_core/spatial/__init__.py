@@ -3,12 +3,12 @@
 What the Newton loop (:mod:`..newton`) asks of the geometry (see :mod:`..geometry`):
 :func:`power_cells` (:mod:`.diagram`, clipping polyhedra, :mod:`.polyhedra`) and
 :data:`CAPACITY`, its facet slots per cell; :func:`fans` and :func:`hiding_step` (no bound
-in 3D yet); :func:`c_transform`; and :mod:`.voxels`, the exact integrals of a voxel density
-over the cells (their boundary triangles integrated by :mod:`.integrate`).
+in 3D yet); :func:`c_transform`; and and :mod:`.integrate`, the exact integrals of a voxel density
+over the cells (their boundary triangles integrated by :mod:`.faces`).
 """
 from __future__ import annotations
 
-from . import voxels as integrate
+from . import integrate
 from .diagram import c_transform, fans, hiding_step, power_cells
 from .polyhedra import CAPACITY
 
