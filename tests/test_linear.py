@@ -307,8 +307,8 @@ def test_input_errors():
         sdot.Grid(np.ones(3), domain=((2.0,), (1.0,)))
     with pytest.raises(NotImplementedError, match="degree"):
         sdot.distance(x, sdot.PolynomialGrid(np.ones((3, 2))))
-    with pytest.raises(NotImplementedError, match="1D and 2D"):
-        sdot.distance(sdot.SumOfDiracs(np.zeros((2, 3))), sdot.Grid(np.ones((2, 2, 2))))
+    with pytest.raises(NotImplementedError, match="dimension 4"):
+        sdot.distance(sdot.SumOfDiracs(np.zeros((2, 4))), sdot.Grid(np.ones((2, 2, 2, 2))))
     with pytest.raises(ValueError, match="mass mismatch"):
         sdot.distance(sdot.SumOfDiracs1d([0.2, 0.6], mass=2.0), sdot.Grid(np.ones(3)))
 

@@ -237,9 +237,9 @@ def test_results_in_the_callers_framework(eager_backend):
 
 def test_input_errors():
     pts = np.random.default_rng(0).random((10, 2))
-    with pytest.raises(NotImplementedError, match="2D"):
-        sdot.distance(sdot.SumOfDiracs(np.random.default_rng(0).random((10, 3))),
-                      sdot.Grid(np.ones((2, 2, 2))))
+    with pytest.raises(NotImplementedError, match="dimension 4"):
+        sdot.distance(sdot.SumOfDiracs(np.random.default_rng(0).random((10, 4))),
+                      sdot.Grid(np.ones((2, 2, 2, 2))))
     with pytest.raises(ValueError, match="mass mismatch"):
         sdot.distance(sdot.SumOfDiracs(pts, mass=2.0), sdot.Grid(np.ones((2, 2))))
     with pytest.raises(NotImplementedError, match="degree"):

@@ -30,7 +30,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import array_api_compat as aac
-import numpy as np
 
 from .. import _compat
 
@@ -61,19 +60,20 @@ class Cells(NamedTuple):
 
 def _cube():
     """The unit cube's corners (8, 3) in {0, 1}^3, their facet slots counter-clockwise
-    from outside and their adjacent corners, by the conventions of the module docstring."""
-    normal = np.array([[-1, 0, 0], [1, 0, 0], [0, -1, 0], [0, 1, 0], [0, 0, -1], [0, 0, 1]], dtype=float)
+    from outside and their adjacent corners, by the conventions of the module docstring
+    (lists)."""
     corners, planes, adjacent = [], [], []
     for c in range(8):
         bits = [(c >> a) & 1 for a in range(3)]
         p = [2 * a + bits[a] for a in range(3)]                 # the side of each axis
-        if np.linalg.det(normal[p]) < 0:
+        # the outward normals are +-e_0, +-e_1, +-e_2: det = product of the signs
+        if (2 * bits[0] - 1) * (2 * bits[1] - 1) * (2 * bits[2] - 1) < 0:
             p = [p[0], p[2], p[1]]
-        corners.append(bits)
+        corners.append([float(b) for b in bits])
         planes.append(p)
         # edge k is opposite p_k: along the axis of p_k, to the corner with that bit flipped
         adjacent.append([c ^ (1 << (p[k] // 2)) for k in range(3)])
-    return np.array(corners, dtype=float), np.array(planes), np.array(adjacent)
+    return corners, planes, adjacent
 
 
 _CUBE = _cube()
