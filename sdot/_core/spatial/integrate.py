@@ -374,8 +374,9 @@ def _split_axis(xp, grid, X, key, s, axis, bits):
 
 
 #: Triangles per chunk of the eager kernels: the temporaries of a chunk's pieces stay in
-#: the CPU caches (measured on NumPy, 1e5 cells on a 32^3 grid, one thread: 4096 triangles
-#: 2.3 s, 8192 1.9 s, 16384 1.7 s per 4e4 cells; the whole block at once 3-5x slower).
+#: the CPU caches (measured on NumPy, one thread, 4e4 of 1e5 Voronoi cells on a 32^3 grid:
+#: chunks of 4096 triangles 2.3 s, 8192 1.9 s, 16384 1.7 s; a block of 1e4 cells at once,
+#: 5e5 triangles and 4e6 pieces, 3-5x slower than in chunks).
 CHUNK = 16384
 
 #: Triangles per chunk of the closed forms on a (1, 1, 1) grid (no pieces; measured, 1e5
@@ -666,9 +667,9 @@ def _uniform_integrals(xp, triangles, slot, valid, F, values):
     c = xp.reshape(values, (1,))
     cell_slot = xp.reshape(xp.arange(n, dtype=xp.int64, device=dev)[:, None] * F + slot, (-1,))
     if _compat.static_shapes(triangles, valid):
-        flat = xp.reshape(triangles, (n * T, 9))
+        ok = xp.reshape(valid, (-1,))
+        flat = xp.where(ok[:, None], xp.reshape(triangles, (n * T, 9)), 0.0)    # no junk from unused slots
         terms = _tetrahedra(xp, [flat[:, r] for r in range(9)])
-        terms = [xp.where(xp.reshape(valid, (-1,)), t, 0.0) for t in terms]
         moments = xp.stack([xp.sum(xp.reshape(t, (n, T)), axis=1) for t in terms[:5]], axis=1)
         facet = _compat.segment_sum(xp, terms[5], cell_slot, n * F)
         return c * moments, c * xp.reshape(facet, (n, F))
