@@ -48,9 +48,9 @@ def potential_integrals(b, seeds, tri, valid, psi, shape, lo=LO, hi=HI):
 
 
 def close(actual, expected, rtol, what):
-    """Column by column, to ``rtol`` of the column's largest entry."""
+    """To ``rtol`` of the largest entry (of each column for a matrix: per moment, per facet slot)."""
     actual, expected = np.asarray(actual), np.asarray(expected)
-    scale = np.max(np.abs(expected), axis=0, keepdims=True) if expected.ndim > 1 else np.max(np.abs(expected))
+    scale = np.max(np.abs(expected), axis=0, keepdims=True) if expected.ndim == 2 else np.max(np.abs(expected))
     err = np.max(np.abs(actual - expected) / np.maximum(scale, 1e-300))
     assert err <= rtol, f"{what}: relative error {err:.2e} > {rtol:.0e}"
 
@@ -311,6 +311,8 @@ def test_cell_far_from_its_seed_on_a_grid(backend, boxes, box_results):
 def test_box_potential_integrals(backend, boxes):
     """Per voxel ``int phi`` over the boxes (they overlap: the sum of each one's; the far one
     left out, as an invalid cell), against the closed forms."""
+    if backend.name.startswith("jax"):
+        pytest.skip("JAX runs the static path of strict-static (compiling costs 2 s); jax and jit: the power cells")
     psi = np.linspace(-0.1, 0.2, len(BOXES))
     keep = np.array([name != "far seed" for name in boxes["names"]])
     valid = boxes["valid"] & keep[:, None]

@@ -303,8 +303,8 @@ def _potential_terms(xp, vox, X, o, kappa, live=None):
 # ----------------------------------------------------------------------------- eager pieces
 
 def _cut(xp, X, axis, offset):
-    """The triangles ``X`` (rows 0-8 their corners, further rows carried along; (R, P)) cut
-    by the plane ``coordinate[axis] = offset`` (P,): three triangles each, ``(R, 3P)`` (the
+    """The triangles ``X`` (9, P) (the coordinates of their corners) cut by the plane
+    ``coordinate[axis] = offset`` (P,): three triangles each, ``(9, 3P)`` (the
     apex's, then the two of the quadrilateral on the other side), their side (True: above)
     and whether they exist (a triangle the plane does not cross is the second one)."""
     rows = _rows(X)
@@ -331,7 +331,6 @@ def _cut(xp, X, axis, offset):
         else:
             p.append(ca + tB * (cb - ca)), q.append(ca + tC * (cc - ca))
     out = [xp.concat([t1, t2, t3]) for t1, t2, t3 in zip(A + p + q, p + B + C, p + C + q)]
-    out += [xp.concat([r, r, r]) for r in rows[9:]]
     yes = xp.ones(crossing.shape, dtype=xp.bool, device=aac.device(crossing))
     return xp.stack(out), xp.concat([sA, sB, sB]), xp.concat([crossing, yes, crossing])
 
@@ -341,15 +340,15 @@ def _rows(X):
     return [X[r, :] for r in range(X.shape[0])]
 
 
-def _split_axis(xp, grid, X, key, axis, bits):
-    """The triangles ``X`` (rows 0-8 their corners relative to their cells' origins, row 9
-    the origin relative to ``lo`` along ``axis``) cut along ``axis`` into slabs:
-    ``(X, key)`` with the slab of each piece appended to its ``key`` (shifted by ``bits``).
+def _split_axis(xp, grid, X, key, s, axis, bits):
+    """The triangles ``X`` (9, P) (their corners relative to their cells' origins, at ``s``
+    (P,) relative to ``lo`` along ``axis``) cut along ``axis`` into slabs: ``(X, key)``
+    with the slab of each piece appended to its ``key`` (shifted by ``bits``).
 
     Round after round, the triangles spanning several slabs are cut at their lowest plane:
     those below it are done, those above it go on; the slab range of each is inherited
     (the lowest one structurally: one more than its parent's)."""
-    low, high = grid.ranges(xp, _rows(X), X[9, :], axis)
+    low, high = grid.ranges(xp, _rows(X), s, axis)
     done = low == high
     go = xp.nonzero(~done)[0]
     if not go.shape[0]:                                 # the common case: nothing to cut
@@ -358,25 +357,26 @@ def _split_axis(xp, grid, X, key, axis, bits):
     out_X = [xp.take(X, ready, axis=1)]
     out_key = [xp.bitwise_or(xp.bitwise_left_shift(xp.take(key, ready), bits), xp.take(low, ready))]
     M = xp.take(xp.stack([key, low, high]), go, axis=1)
-    X = xp.take(X, go, axis=1)
+    X, s = xp.take(X, go, axis=1), xp.take(s, go)
     while X.shape[1]:
-        cut, side, exists = _cut(xp, X, axis, grid.plane(xp, M[1, :] + 1, X[9, :], axis))
-        M = xp.concat([M, M, M], axis=1)
+        cut, side, exists = _cut(xp, X, axis, grid.plane(xp, M[1, :] + 1, s, axis))
+        M, s = xp.concat([M, M, M], axis=1), xp.concat([s, s, s])
         low = M[1, :] + xp.astype(side, xp.int64)
-        high = xp.where(side, xp.maximum(xp.minimum(M[2, :], grid.top(xp, _rows(cut), cut[9, :], axis)), low), low)
+        high = xp.where(side, xp.maximum(xp.minimum(M[2, :], grid.top(xp, _rows(cut), s, axis)), low), low)
         last = low == high
         fin = xp.nonzero(exists & last)[0]
         out_X.append(xp.take(cut, fin, axis=1))
         out_key.append(xp.bitwise_or(xp.bitwise_left_shift(xp.take(M[0, :], fin), bits), xp.take(low, fin)))
         more = xp.nonzero(exists & ~last)[0]
-        X = xp.take(cut, more, axis=1)
+        X, s = xp.take(cut, more, axis=1), xp.take(s, more)
         M = xp.take(xp.stack([M[0, :], low, high]), more, axis=1)
     return xp.concat(out_X, axis=1), xp.concat(out_key)
 
 
 #: Triangles per chunk of the eager kernels: the temporaries of a chunk's pieces stay in
-#: the CPU caches (measured on NumPy, 1e5 cells on a 32^3 grid, one thread: 4096 triangles
-#: 2.3 s, 8192 1.9 s, 16384 1.7 s per 4e4 cells; the whole block at once 3-5x slower).
+#: the CPU caches (measured on NumPy, one thread, 4e4 of 1e5 Voronoi cells on a 32^3 grid:
+#: chunks of 4096 triangles 2.3 s, 8192 1.9 s, 16384 1.7 s; a block of 1e4 cells at once,
+#: 5e5 triangles and 4e6 pieces, 3-5x slower than in chunks).
 CHUNK = 16384
 
 #: Triangles per chunk of the closed forms on a (1, 1, 1) grid (no pieces; measured, 1e5
@@ -419,8 +419,7 @@ def _eager_pieces(xp, grid, triangles, valid, origin):
         for axis in range(3):
             if grid.shape[axis] > 1:
                 owner = xp.bitwise_right_shift(key, bits[1] + done) if done else cell
-                X = xp.concat([X[:9, :], xp.take(grid.sl[:, axis], owner)[None, :]])
-                X, key = _split_axis(xp, grid, X, key, axis, bits[2 + axis])
+                X, key = _split_axis(xp, grid, X, key, xp.take(grid.sl[:, axis], owner), axis, bits[2 + axis])
             else:
                 key = xp.bitwise_left_shift(key, bits[2 + axis])
             done += bits[2 + axis]
@@ -430,7 +429,7 @@ def _eager_pieces(xp, grid, triangles, valid, origin):
             key = xp.bitwise_right_shift(key, b)
         t = xp.bitwise_and(key, (1 << bits[1]) - 1)
         cell = xp.bitwise_right_shift(key, bits[1])
-        yield X[:9, :], (cell, cell * T + t, fields[2], fields[1], fields[0])
+        yield X, (cell, cell * T + t, fields[2], fields[1], fields[0])
 
 
 def _cell_integrals_eager(xp, grid, origin, triangles, slot, valid, F, flat_values, tables):
@@ -668,9 +667,9 @@ def _uniform_integrals(xp, triangles, slot, valid, F, values):
     c = xp.reshape(values, (1,))
     cell_slot = xp.reshape(xp.arange(n, dtype=xp.int64, device=dev)[:, None] * F + slot, (-1,))
     if _compat.static_shapes(triangles, valid):
-        flat = xp.reshape(triangles, (n * T, 9))
+        ok = xp.reshape(valid, (-1,))
+        flat = xp.where(ok[:, None], xp.reshape(triangles, (n * T, 9)), 0.0)    # no junk from unused slots
         terms = _tetrahedra(xp, [flat[:, r] for r in range(9)])
-        terms = [xp.where(xp.reshape(valid, (-1,)), t, 0.0) for t in terms]
         moments = xp.stack([xp.sum(xp.reshape(t, (n, T)), axis=1) for t in terms[:5]], axis=1)
         facet = _compat.segment_sum(xp, terms[5], cell_slot, n * F)
         return c * moments, c * xp.reshape(facet, (n, F))
