@@ -26,7 +26,8 @@ import array_api_compat as aac
 
 from .. import _compat
 from ..options import DIAGRAM
-from .polyhedra import CAPACITY, Cells, box_cells, clip_by, facet_triangles, listed_triangles, live_vertices, moved
+from .kinetic import moved
+from .polyhedra import CAPACITY, Cells, box_cells, clip_by, facet_triangles, listed_triangles, live_vertices
 
 #: Nearest seeds that clip a first diagram.
 FIRST_CANDIDATES = 32

@@ -25,8 +25,9 @@ def cell_integrals(xp, seeds, cells, values, lo, hi):
 def potential_integrals(xp, seeds, cells, psi, lo, hi, shape):
     """Per voxel ``int phi``, ``phi(x) = |x - y_i|^2 - psi_i`` on cell i, of ``shape``."""
     tri, _, valid = facet_triangles(xp, cells)
-    if tuple(shape) == (1, 1, 1):
-        moments, _ = _uniform(xp, tri, xp.zeros(valid.shape, dtype=xp.int64, device=aac.device(valid)), valid, 1, xp.asarray(1.0, dtype=psi.dtype, device=aac.device(psi)))
+    if tuple(shape) == (1, 1, 1):                  # int |x - y_i|^2 - psi_i over each cell, summed
+        no_slot = xp.zeros(valid.shape, dtype=xp.int64, device=aac.device(valid))
+        moments, _ = _uniform(xp, tri, no_slot, valid, 1, xp.asarray(1.0, dtype=psi.dtype, device=aac.device(psi)))
         return xp.reshape(xp.sum(moments[:, -1] - psi * moments[:, 0]), (1, 1, 1))
     return faces.potential_integrals_of_triangles(xp, seeds, tri, valid, psi, tuple(shape), lo, hi)
 
