@@ -135,7 +135,8 @@ def test_closed_forms(eager_backend):
     """One Dirac at the centre of the unit cube: W2^2 = 1/4; a k^3 lattice at the voxel
     centres: W2^2 = 1 / (4 k^2) and barycentres at the seeds (cospherical points)."""
     b = eager_backend
-    one = sdot.optimal_transport_plan(sdot.SumOfDiracs(b.asarray([[0.5, 0.5, 0.5]])), sdot.Grid(b.asarray(np.ones((1, 1, 1)))))
+    cube = sdot.Grid(b.asarray(np.ones((1, 1, 1))))
+    one = sdot.optimal_transport_plan(sdot.SumOfDiracs(b.asarray([[0.5, 0.5, 0.5]])), cube)
     assert float(one.distance) == pytest.approx(0.25, rel=1e-13)
     k = 3
     c = (np.arange(k) + 0.5) / k
@@ -221,7 +222,8 @@ def test_clear_errors(positions, values, error):
 
 def test_zero_volume_domain_is_refused():
     with pytest.raises(ValueError, match="domain"):
-        sdot.distance(sdot.SumOfDiracs(np.full((3, 3), 0.5)), sdot.Grid(np.ones((1, 1, 1)), domain=((0, 0, 0), (1, 0, 1))))
+        flat = sdot.Grid(np.ones((1, 1, 1)), domain=((0, 0, 0), (1, 0, 1)))
+        sdot.distance(sdot.SumOfDiracs(np.full((3, 3), 0.5)), flat)
 
 
 def test_power_diagram_cells_facets_and_plots(tmp_path):
@@ -315,3 +317,16 @@ def test_zero_density_voxels_converge(support):
     inside = np.argwhere(img > 0)
     lo, hi = inside.min(0) / k, (inside.max(0) + 1) / k
     assert np.all(plan.barycenters >= lo - 1e-12) and np.all(plan.barycenters <= hi + 1e-12)
+
+
+def test_jax_vmap_of_grad_under_jit_equals_a_loop():
+    """``jax.jit(jax.vmap(jax.grad(distance)))`` over a batch of 3D point sets gives each
+    item's eager gradient."""
+    import jax
+    import jax.numpy as jnp
+
+    xs = jnp.asarray(np.random.default_rng(12).random((2, 20, 3)))
+    f = lambda x: sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(jnp.ones((1, 1, 1))))
+    batched = jax.jit(jax.vmap(jax.grad(f)))(xs)
+    for b in range(2):
+        np.testing.assert_allclose(np.asarray(batched[b]), np.asarray(jax.grad(f)(xs[b])), atol=1e-12)

@@ -103,8 +103,8 @@ def _repaired(xp, seeds, psi, active, lo, hi, cells, valid):
     # a valid cell with the same neighbours may still leave the box: a side it has not met
     seed_rel_lo, seed_rel_hi = lo[None, None, :] - seeds[:, None, :], hi[None, None, :] - seeds[:, None, :]
     slack = 64.0 * xp.finfo(seeds.dtype).eps * xp.max(hi - lo)
-    outside = xp.any(live[..., None] & ((cells.vertices < seed_rel_lo - slack) | (cells.vertices > seed_rel_hi + slack)),
-                     axis=(1, 2))
+    beyond = (cells.vertices < seed_rel_lo - slack) | (cells.vertices > seed_rel_hi + slack)
+    outside = xp.any(live[..., None] & beyond, axis=(1, 2))
     changed = changed | outside
     redo, _ = _compat.true_entries(xp, active & (changed | ~valid))
     part = _clipped_rows(xp, seeds, psi, active, lo, hi, f_cap, redo, xp.take(table, redo, axis=0))
@@ -168,7 +168,8 @@ def regular_cells(xp, seeds, psi, active, lo, hi, capacity: int):
                           certified=xp.asarray(True, device=aac.device(seeds)))
 
 
-def _grown_if_overflowing(xp, cells, seeds, psi, active, lo, hi, candidates, capacity, previous, stop_if_empty, options):
+def _grown_if_overflowing(xp, cells, seeds, psi, active, lo, hi, candidates, capacity, previous, stop_if_empty,
+                          options):
     if capacity >= 1024 or not _compat.host_any(xp, cells.overflow):
         return cells
     grown = (3 * capacity // 2 + 3) // 4 * 4

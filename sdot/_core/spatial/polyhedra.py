@@ -186,7 +186,8 @@ def _clip_all(xp, cells, normal, offset, label, apply):
     labels = _set_label(xp, cells.labels, cells.count, label, changed)
     size = xp.where(emptied, 0, xp.where(changed, n_keep + n_cross, cells.size))
     count = xp.where(emptied, 0, xp.where(changed, cells.count + 1, cells.count))
-    return cells._replace(vertices=xp.where(rows, vertices, cells.vertices), corners=xp.where(rows, corners, cells.corners),
+    return cells._replace(vertices=xp.where(rows, vertices, cells.vertices),
+                          corners=xp.where(rows, corners, cells.corners),
                           adjacent=xp.where(rows, adjacent, cells.adjacent), size=size, labels=labels, count=count,
                           overflow=cells.overflow | ((n_cross > 0) & ~fits))
 
@@ -208,7 +209,8 @@ def _clip_listed(xp, cells, normal, offset, label, apply):
     if rows.shape[0] == 0:
         return cells
     part = lambda a: xp.take(a, rows, axis=0)
-    live = live_vertices(xp, cells._replace(size=part(cells.size), corners=part(cells.corners), vertices=part(cells.vertices)))
+    live = live_vertices(xp, cells._replace(size=part(cells.size), corners=part(cells.corners),
+                                            vertices=part(cells.vertices)))
     s = _compat.dot(part(cells.vertices), part(normal)[:, None, :]) - part(offset)[:, None]     # (m, V)
     out = xp.reshape(live & (s > 0), (-1,))
     gone = xp.nonzero(out)[0]                                   # i V + w over the rows, by row
