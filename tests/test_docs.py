@@ -81,8 +81,9 @@ def test_doc_examples_run(path, tmp_path):
 @pytest.mark.parametrize("args", [["quickstart.py"],
                                   ["quantization.py", "--n", "300", "--iterations", "3",
                                    "--out", "quantization.png"],
-                                  ["laguerre_picture.py", "--out", "laguerre.png"]],
-                         ids=["quickstart", "quantization", "laguerre-picture"])
+                                  ["laguerre_picture.py", "--out", "laguerre.png"],
+                                  ["power_diagram_3d.py", "--n", "30", "--out", "laguerre3d.png"]],
+                         ids=["quickstart", "quantization", "laguerre-picture", "power-diagram-3d"])
 def test_examples_run(args, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SDOT_")}
     env.update(MPLBACKEND="Agg", PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
@@ -91,6 +92,8 @@ def test_examples_run(args, tmp_path):
     assert proc.returncode == 0, proc.stderr[-5000:]
     if args[0] == "laguerre_picture.py":
         assert (tmp_path / "laguerre.png").stat().st_size > 10_000
+    if args[0] == "power_diagram_3d.py":
+        assert (tmp_path / "laguerre3d.png").stat().st_size > 10_000
     if args[0] == "quantization.py":
         assert (tmp_path / "quantization.png").stat().st_size > 10_000
         values = [float(line.split("=")[1].split()[0]) for line in proc.stdout.splitlines()
