@@ -30,6 +30,7 @@ from typing import NamedTuple
 import array_api_compat as aac
 
 from .. import _compat
+from ..moments import about_seeds
 from .polygons import FAR, gather
 
 _GAUSS = (0.5 - 0.5 / math.sqrt(3.0), 0.5 + 0.5 / math.sqrt(3.0))
@@ -258,7 +259,7 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
         tables = xp.reshape(prefix_tables(xp, density, lo, hi), (3, -1))
         moments, facet = _compat.blockwise(
             xp, lambda s, v, c: _cell_integrals(xp, s, v, c, density, tables, lo, hi), seeds, vertices, cells.count)
-    return (moments if origin is None else _about_seeds(xp, moments, origin)), facet
+    return (moments if origin is None else about_seeds(xp, moments, origin)), facet
 
 
 
@@ -271,15 +272,6 @@ def _far_origins(xp, vertices, count):
     if _compat.known_none(xp, far):
         return None
     return xp.where(far[:, None], first, 0.0)
-
-
-@_compat.jit_on_jax()
-def _about_seeds(xp, moments, origin):
-    """Moments about ``origin`` (relative to the seeds) moved to the seeds:
-    ``M_1 + m o`` and ``M_2 + 2 o . M_1 + m |o|^2``."""
-    m, m1 = moments[:, :1], moments[:, 1:3]
-    m2 = moments[:, 3:] + 2.0 * _compat.dot(origin, m1)[:, None] + m * _compat.dot(origin, origin)[:, None]
-    return xp.concat([m, m1 + m * origin, m2], axis=1)
 
 
 @_compat.jit_on_jax()

@@ -13,16 +13,16 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, moments
 
 #: Vertex capacity per cell (grown eagerly on overflow).
 CAPACITY = 16
 
 
 #: Distance from a seed (in domain sides) beyond which a cell is "far": its integrals are
-#: taken about its first vertex (terms of size ``|x - y_i|^2`` cancel) and the kinetic update
-#: clips it again rather than meet nearly parallel bisectors (a Dirac at 1e6 stalled).
-FAR = 2.0
+#: taken about its first vertex (:mod:`..moments`) and the kinetic update clips it again
+#: rather than meet nearly parallel bisectors (a Dirac at 1e6 stalled).
+FAR = moments.FAR
 
 
 def slots_for(vertices: int) -> int:

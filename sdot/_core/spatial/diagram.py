@@ -26,8 +26,9 @@ import array_api_compat as aac
 
 from .. import _compat
 from ..options import DIAGRAM
+from . import integrate
 from .kinetic import moved
-from .polyhedra import CAPACITY, Cells, box_cells, clip_by, facet_triangles, listed_triangles, live_vertices
+from .polyhedra import CAPACITY, Cells, box_cells, clip_by, live_vertices
 
 #: Nearest seeds that clip a first diagram.
 FIRST_CANDIDATES = 32
@@ -235,24 +236,10 @@ def insecure(xp, seeds, psi, active, cells, nearest, complete, rows=None):
     return xp.take(active, rows) & ~secure & (not complete)
 
 
-def volumes(xp, cells):
-    """The volume of every cell, ``(n,)``: its boundary triangles' cones from the seed."""
-    if not _compat.static_shapes(cells.vertices):
-        a, b, c, cell, _ = listed_triangles(xp, cells)
-        cross = xp.stack([b[:, 1] * c[:, 2] - b[:, 2] * c[:, 1], b[:, 2] * c[:, 0] - b[:, 0] * c[:, 2],
-                          b[:, 0] * c[:, 1] - b[:, 1] * c[:, 0]], axis=-1)
-        return _compat.segment_sum(xp, _compat.dot(a, cross), cell, cells.size.shape[0]) / 6.0
-    tri, _, valid = facet_triangles(xp, cells)
-    a, b, c = tri[..., 0, :], tri[..., 1, :], tri[..., 2, :]
-    cross = xp.stack([b[..., 1] * c[..., 2] - b[..., 2] * c[..., 1], b[..., 2] * c[..., 0] - b[..., 0] * c[..., 2],
-                      b[..., 0] * c[..., 1] - b[..., 1] * c[..., 0]], axis=-1)
-    return xp.sum(xp.where(valid, _compat.dot(a, cross), 0.0), axis=1) / 6.0
-
-
 def tiles_the_box(xp, cells, lo, hi):
     """Whether the cells' volumes add up to the box's, up to rounding (see the module
     docstring): then every cell is exact."""
-    vol = volumes(xp, cells)
+    vol = integrate.volumes(xp, cells)
     box = xp.prod(hi - lo)
     tol = 64.0 * xp.finfo(vol.dtype).eps * (box + xp.sum(xp.abs(vol))) * max(1.0, float(vol.shape[0]) ** 0.5)
     return (xp.abs(xp.sum(vol) - box) <= tol) & ~xp.any(cells.overflow)

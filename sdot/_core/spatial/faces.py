@@ -60,12 +60,13 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, moments
+from ..moments import about_seeds
 
 #: Distance from a seed beyond which a cell is "far": its closed-form integrals on the
 #: uniform density are taken about its first vertex (terms of size ``|x - y_i|^2`` cancel),
 #: then moved to the seed (as in 2D).
-FAR = 2.0
+FAR = moments.FAR
 
 #: Grid coordinates within ``SNAP`` ulps of ``max(shape)`` of a grid plane are put on it.
 SNAP = 16.0
@@ -91,13 +92,13 @@ def cell_integrals_of_triangles(xp, seeds, triangles, slot, valid, F: int, value
             triangles = triangles - origin[:, None, None, :]
         moments, facet = _compat.blockwise(
             xp, lambda t, k, ok: _uniform_integrals(xp, t, k, ok, F, values), triangles, slot, valid)
-        return (moments if origin is None else _about_seeds(xp, moments, origin)), facet
+        return (moments if origin is None else about_seeds(xp, moments, origin)), facet
     origin = _first_vertices(xp, triangles, valid)[0]
     tables = prefix_tables(xp, values, lo, hi)
     moments, facet = _compat.blockwise(
         xp, lambda s, o, t, k, ok: _cell_integrals(xp, s, o, t, k, ok, F, values, tables, lo, hi),
         seeds, origin, triangles, slot, valid)
-    return _about_seeds(xp, moments, origin), facet
+    return about_seeds(xp, moments, origin), facet
 
 
 def potential_integrals_of_triangles(xp, seeds, triangles, valid, psi, values_shape, lo, hi):
@@ -669,21 +670,21 @@ def _uniform_integrals(xp, triangles, slot, valid, F, values):
     if _compat.static_shapes(triangles, valid):
         ok = xp.reshape(valid, (-1,))
         flat = xp.where(ok[:, None], xp.reshape(triangles, (n * T, 9)), 0.0)    # no junk from unused slots
-        terms = _tetrahedra(xp, [flat[:, r] for r in range(9)])
+        terms = tetrahedra(xp, [flat[:, r] for r in range(9)])
         moments = xp.stack([xp.sum(xp.reshape(t, (n, T)), axis=1) for t in terms[:5]], axis=1)
         facet = _compat.segment_sum(xp, terms[5], cell_slot, n * F)
         return c * moments, c * xp.reshape(facet, (n, F))
     moments = [xp.zeros((n,), dtype=dtype, device=dev) for _ in range(5)]
     facet = xp.zeros((n * F,), dtype=dtype, device=dev)
     for X, index in _eager_triangles(xp, triangles, valid, chunk=UNIFORM_CHUNK):
-        terms = _tetrahedra(xp, _rows(X))
+        terms = tetrahedra(xp, _rows(X))
         cell = index // T
         moments = [m + _compat.segment_sum(xp, t, cell, n) for m, t in zip(moments, terms)]
         facet = facet + _compat.segment_sum(xp, terms[5], xp.take(cell_slot, index), n * F)
     return c * xp.stack(moments, axis=1), c * xp.reshape(facet, (n, F))
 
 
-def _tetrahedra(xp, X):
+def tetrahedra(xp, X):
     """Per triangle ``(a, b, c)`` (9 arrays), the volume, first moments and second moment of
     the tetrahedron ``(0, a, b, c)`` (signed), and the triangle's area."""
     ax, ay, az, bx, by, bz, cx, cy, cz = X
@@ -717,12 +718,3 @@ def _first_vertices(xp, triangles, valid):
     some = xp.any(valid, axis=1)
     vertex = xp.where(some[:, None], vertex, 0.0)
     return vertex, xp.max(xp.abs(vertex), axis=1) > FAR
-
-
-@_compat.jit_on_jax()
-def _about_seeds(xp, moments, origin):
-    """Moments about ``origin`` (relative to the seeds) moved to the seeds:
-    ``M_1 + m o`` and ``M_2 + 2 o . M_1 + m |o|^2``."""
-    m, m1 = moments[:, :1], moments[:, 1:4]
-    m2 = moments[:, 4:] + 2.0 * _compat.dot(origin, m1)[:, None] + m * _compat.dot(origin, origin)[:, None]
-    return xp.concat([m, m1 + m * origin, m2], axis=1)

@@ -1,11 +1,13 @@
 """The integrals the core asks of a voxel density (:class:`..density.PixelDensity` in 3D),
-over the cells of :mod:`.polyhedra`: their boundary triangles (:func:`.polyhedra.facet_triangles`)
-handed to :mod:`.faces`."""
+over the cells of :mod:`.polyhedra`: their boundary triangles handed to :mod:`.faces`; eagerly
+on the uniform density, the listed triangles (:func:`.polyhedra.listed_triangles`, a third of
+the slots) in closed form, by the tetrahedra of :func:`.faces.cell_integrals_of_triangles`."""
 from __future__ import annotations
 
 import array_api_compat as aac
 
 from .. import _compat
+from ..moments import FAR, about_seeds
 from . import faces
 from .polyhedra import facet_triangles, listed_triangles
 
@@ -17,55 +19,40 @@ def cell_integrals(xp, seeds, cells, values, lo, hi):
         return _uniform_listed(xp, listed_triangles(xp, cells), cells.size.shape[0], cells.labels.shape[1],
                                values[0, 0, 0])
     tri, slot, valid = facet_triangles(xp, cells)
-    if tuple(values.shape) == (1, 1, 1):
-        return _uniform(xp, tri, slot, valid, cells.labels.shape[1], values[0, 0, 0])
     return faces.cell_integrals_of_triangles(xp, seeds, tri, slot, valid, cells.labels.shape[1], values, lo, hi)
 
 
 def potential_integrals(xp, seeds, cells, psi, lo, hi, shape):
     """Per voxel ``int phi``, ``phi(x) = |x - y_i|^2 - psi_i`` on cell i, of ``shape``."""
     tri, _, valid = facet_triangles(xp, cells)
-    if tuple(shape) == (1, 1, 1):                  # int |x - y_i|^2 - psi_i over each cell, summed
-        no_slot = xp.zeros(valid.shape, dtype=xp.int64, device=aac.device(valid))
-        moments, _ = _uniform(xp, tri, no_slot, valid, 1, xp.asarray(1.0, dtype=psi.dtype, device=aac.device(psi)))
-        return xp.reshape(xp.sum(moments[:, -1] - psi * moments[:, 0]), (1, 1, 1))
     return faces.potential_integrals_of_triangles(xp, seeds, tri, valid, psi, tuple(shape), lo, hi)
 
 
-@_compat.jit_on_jax("f_cap")
-def _uniform(xp, tri, slot, valid, f_cap, value):
-    """The integrals of the constant ``value`` over the cones from the seed (the origin)
-    over the boundary triangles: per cone ``0, a, b, c`` of volume ``det(a, b, c) / 6``, the
-    first moment ``vol (a + b + c) / 4`` and the second ``vol (|a|^2 + |b|^2 + |c|^2 + |a + b + c|^2) / 20``."""
-    a, b, c = tri[..., 0, :], tri[..., 1, :], tri[..., 2, :]
-    cross = _cross(xp, b - a, c - a)
-    vol = xp.where(valid, _compat.dot(a, _cross(xp, b, c)), 0.0) / 6.0
-    s = a + b + c
-    second = (_compat.dot(a, a) + _compat.dot(b, b) + _compat.dot(c, c) + _compat.dot(s, s)) / 20.0
-    moments = xp.stack([xp.sum(vol, axis=1)] + [xp.sum(vol * s[..., i], axis=1) / 4.0 for i in range(3)]
-                       + [xp.sum(vol * second, axis=1)], axis=1)
-    area = xp.where(valid, 0.5 * xp.sqrt(_compat.dot(cross, cross)), 0.0)
-    n = tri.shape[0]
-    base = xp.arange(n, dtype=xp.int64, device=aac.device(slot))[:, None] * f_cap
-    facet = _compat.segment_sum(xp, xp.reshape(area, (-1,)), xp.reshape(base + slot, (-1,)), n * f_cap)
-    return moments * value, xp.reshape(facet, (n, f_cap)) * value
+def volumes(xp, cells):
+    """The volume of every cell, ``(n,)``."""
+    ones = xp.ones((1, 1, 1), dtype=cells.vertices.dtype, device=aac.device(cells.vertices))
+    return cell_integrals(xp, None, cells, ones, None, None)[0][:, 0]
 
 
 def _uniform_listed(xp, triangles, n, f_cap, value):
-    """:func:`_uniform` on the list of valid triangles (:func:`.polyhedra.listed_triangles`)."""
+    """The uniform density ``value`` over the cells given by the list of their boundary
+    triangles ``(a, b, c, cell, slot)``: the tetrahedra from the seed (from a vertex of the
+    cell for a cell farther than :data:`..moments.FAR`), summed per cell."""
     a, b, c, cell, slot = triangles
-    vol = _compat.dot(a, _cross(xp, b, c)) / 6.0
-    s = a + b + c
-    second = (_compat.dot(a, a) + _compat.dot(b, b) + _compat.dot(c, c) + _compat.dot(s, s)) / 20.0
-    cross = _cross(xp, b - a, c - a)
-    per_cell = lambda x: _compat.segment_sum(xp, x, cell, n)
-    moments = xp.stack([per_cell(vol)] + [per_cell(vol * s[:, i]) / 4.0 for i in range(3)] + [per_cell(vol * second)],
-                       axis=1)
-    area = 0.5 * xp.sqrt(_compat.dot(cross, cross))
-    facet = _compat.segment_sum(xp, area, cell * f_cap + slot, n * f_cap)
+    dev = aac.device(cell)
+    if cell.shape[0] == 0:
+        zero = xp.zeros((n, 5), dtype=a.dtype, device=dev)
+        return zero, xp.zeros((n, f_cap), dtype=a.dtype, device=dev)
+    rows = xp.arange(n, dtype=xp.int64, device=dev)
+    first = xp.minimum(xp.searchsorted(cell, rows), cell.shape[0] - 1)      # the triangles come by cell
+    vertex = xp.take(b, first, axis=0)
+    far = (xp.take(cell, first) == rows) & (xp.max(xp.abs(vertex), axis=1) > FAR)
+    origin = None if _compat.known_none(xp, far) else xp.where(far[:, None], vertex, 0.0)
+    if origin is not None:
+        shift = xp.take(origin, cell, axis=0)
+        a, b, c = a - shift, b - shift, c - shift
+    terms = faces.tetrahedra(xp, [x[:, k] for x in (a, b, c) for k in range(3)])
+    moments = xp.stack([_compat.segment_sum(xp, t, cell, n) for t in terms[:5]], axis=1)
+    facet = _compat.segment_sum(xp, terms[5], cell * f_cap + slot, n * f_cap)
+    moments = moments if origin is None else about_seeds(xp, moments, origin)
     return moments * value, xp.reshape(facet, (n, f_cap)) * value
-
-
-def _cross(xp, u, v):
-    return xp.stack([u[..., 1] * v[..., 2] - u[..., 2] * v[..., 1], u[..., 2] * v[..., 0] - u[..., 0] * v[..., 2],
-                     u[..., 0] * v[..., 1] - u[..., 1] * v[..., 0]], axis=-1)

@@ -33,7 +33,7 @@ def _planes_of(xp, seeds, psi, cell, labels, lo, hi):
     side = xp.where((labels < 0) & (labels >= -6), -1 - labels, 0)
     axis, upper = side // 2, side % 2 == 1
     unit = xp.astype(axis[..., None] == xp.arange(3, dtype=xp.int64, device=aac.device(labels)), y.dtype)
-    box_normal = unit * xp.where(upper, 1.0, -1.0)[..., None]
+    box_normal = unit * (2.0 * xp.astype(upper, y.dtype) - 1.0)[..., None]
     bound = xp.where(upper[..., None], hi, lo) - y
     is_seed = labels >= 0
     return xp.where(is_seed[..., None], d, box_normal), xp.where(is_seed, b, _compat.dot(box_normal, bound))
