@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import array_api_compat as aac
+
 from . import _compat, geometry
 
 
@@ -58,3 +60,21 @@ def mass_gradient(xp, seeds, lo, hi, state):
     return _compat.cond(xp.any(empty),
                         lambda: xp.where(empty, geometry.of_seeds(seeds).c_transform(xp, seeds, state.cells, state.psi), own),
                         lambda: own)
+
+
+@_compat.jit_on_jax()
+def c_transform_at_vertices(xp, seeds, vertices, live, psi):
+    """``psi^c_i = min_x |x - y_i|^2 - phi(x)`` over the domain for every Dirac i, shape (n,),
+    from the cells' ``vertices`` (n, V, d) (relative to the seeds; ``live`` (n, V) the slots
+    in use): ``|x - y_i|^2 - phi(x)`` is affine on each cell, so the minimum is at a vertex.
+    ``O(n x vertices)`` work, in blocks of Diracs."""
+    n, cap, d = vertices.shape
+    phi = xp.reshape(xp.where(live, _compat.dot(vertices, vertices) - psi[:, None], -xp.inf), (-1,))
+    points = xp.reshape(vertices + seeds[:, None, :], (n * cap, d))
+    block = max(1, min(n, int(2 ** 22 // max(n * cap, 1))))
+
+    def body(b, out):
+        idx = xp.minimum(b * block + xp.arange(block, dtype=xp.int64, device=aac.device(seeds)), n - 1)
+        gap = points[None, :, :] - xp.take(seeds, idx, axis=0)[:, None, :]
+        return _compat.put_rows(xp, out, idx, xp.min(_compat.dot(gap, gap) - phi[None, :], axis=1))
+    return _compat.fori_loop(0, -(-n // block), body, xp.zeros((n,), dtype=seeds.dtype, device=aac.device(seeds)))

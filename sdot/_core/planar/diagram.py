@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, gradients
 from .kinetic import rebuild, update
 from ..options import DIAGRAM
 from .polygons import CAPACITY, box_cells, clip_by, neighbours, slots_for
@@ -147,29 +147,8 @@ def _grown(capacity: int) -> int:
     return (3 * capacity // 2 + 3) // 4 * 4
 
 
-@_compat.jit_on_jax()
 def c_transform(xp, seeds, cells, psi):
-    """``min_x |x - y_i|^2 - phi(x)`` over the box for every Dirac i, shape (n,).
-
-    ``|x - y_i|^2 - phi(x)`` is linear on each cell, so the minimum is at a
-    vertex: ``O(n x vertices)`` work, in blocks of Diracs.
-    """
-    n, cap, _ = cells.vertices.shape
-    k = xp.arange(cap, dtype=xp.int64, device=aac.device(seeds))[None, :]
-    u = cells.vertices
-    phi = xp.where(k < cells.count[:, None], _compat.dot(u, u) - psi[:, None], -xp.inf)
-    points = xp.reshape(u + seeds[:, None, :], (n * cap, 2))
-    phi = xp.reshape(phi, (-1,))
-    block = max(1, min(n, int(2 ** 22 // max(n * cap, 1))))
-
-    def rows(start):
-        idx = xp.minimum(start + xp.arange(block, dtype=xp.int64, device=aac.device(seeds)), n - 1)
-        y = xp.take(seeds, idx, axis=0)
-        d = points[None, :, :] - y[:, None, :]
-        return idx, xp.min(_compat.dot(d, d) - phi[None, :], axis=1)
-
-    def body(b, out):
-        idx, value = rows(b * block)
-        return _compat.put_rows(xp, out, idx, value)
-    out = xp.zeros((n,), dtype=seeds.dtype, device=aac.device(seeds))
-    return _compat.fori_loop(0, -(-n // block), body, out)
+    """``min_x |x - y_i|^2 - phi(x)`` over the box for every Dirac i, shape (n,): see
+    :func:`..gradients.c_transform_at_vertices` (the vertex slots below ``count``)."""
+    k = xp.arange(cells.vertices.shape[1], dtype=xp.int64, device=aac.device(seeds))[None, :]
+    return gradients.c_transform_at_vertices(xp, seeds, cells.vertices, k < cells.count[:, None], psi)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, gradients
 from ..options import DIAGRAM
 from . import integrate
 from .kinetic import moved
@@ -245,21 +245,10 @@ def tiles_the_box(xp, cells, lo, hi):
     return (xp.abs(xp.sum(vol) - box) <= tol) & ~xp.any(cells.overflow)
 
 
-@_compat.jit_on_jax()
 def c_transform(xp, seeds, cells, psi):
-    """``min_x |x - y_i|^2 - phi(x)`` over the box for every Dirac i, shape (n,): a
-    minimum over the cells' vertices (the function is affine on each cell)."""
-    n, v_cap, _ = cells.vertices.shape
-    u = cells.vertices
-    phi = xp.reshape(xp.where(live_vertices(xp, cells), _compat.dot(u, u) - psi[:, None], -xp.inf), (-1,))
-    points = xp.reshape(u + seeds[:, None, :], (n * v_cap, 3))
-    block = max(1, min(n, int(2 ** 22 // max(n * v_cap, 1))))
-
-    def body(b, out):
-        idx = xp.minimum(b * block + xp.arange(block, dtype=xp.int64, device=aac.device(seeds)), n - 1)
-        d = points[None, :, :] - xp.take(seeds, idx, axis=0)[:, None, :]
-        return _compat.put_rows(xp, out, idx, xp.min(_compat.dot(d, d) - phi[None, :], axis=1))
-    return _compat.fori_loop(0, -(-n // block), body, xp.zeros((n,), dtype=seeds.dtype, device=aac.device(seeds)))
+    """``min_x |x - y_i|^2 - phi(x)`` over the box for every Dirac i, shape (n,): see
+    :func:`..gradients.c_transform_at_vertices` (the live vertices)."""
+    return gradients.c_transform_at_vertices(xp, seeds, cells.vertices, live_vertices(xp, cells), psi)
 
 
 def fans(xp, seeds, psi, active, cells):
