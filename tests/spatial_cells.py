@@ -55,15 +55,16 @@ def polytope(halfspaces, min_radius=1e-9):
     return HalfspaceIntersection(halfspaces, centre).intersections
 
 
-def tetra_moments(points, about):
+def tetra_moments(points, about, axes=False):
     """Volume, first moments and second moment about ``about`` of the convex hull of
     ``points`` (its tetrahedra from an inside point): for a tetrahedron of vertices
     ``v_k`` relative to ``about``, ``int u = vol mean(v)``,
-    ``int |u|^2 = vol / 20 (sum |v_k|^2 + |sum v_k|^2)``."""
+    ``int |u|^2 = vol / 20 (sum |v_k|^2 + |sum v_k|^2)``; with ``axes``, then the second
+    moments along each axis, ``int u_a^2`` (8 entries)."""
     hull = ConvexHull(points)
     p = points - about
     inside = p[hull.vertices].mean(0)
-    out = np.zeros(5)
+    out = np.zeros(8 if axes else 5)
     for s in hull.simplices:
         a, b, c = p[s]
         vol = abs(np.dot(a - inside, np.cross(b - inside, c - inside))) / 6.0
@@ -72,6 +73,8 @@ def tetra_moments(points, about):
         out[0] += vol
         out[1:4] += vol * total / 4.0
         out[4] += vol / 20.0 * ((v ** 2).sum() + total @ total)
+        if axes:
+            out[5:] += vol / 20.0 * ((v ** 2).sum(0) + total ** 2)
     return out
 
 
@@ -136,10 +139,11 @@ def voxels(values, lo, hi):
         yield idx, a, a + h
 
 
-def piece_moments(seeds, info, shape, lo, hi):
+def piece_moments(seeds, info, shape, lo, hi, axes=False):
     """Per cell and voxel ``(volume, int u, int v, int w, int |u|^2)`` of the cell clipped
-    by the voxel (unit density, about the seed): ``(n, n0, n1, n2, 5)``."""
-    out = np.zeros((len(seeds),) + tuple(shape) + (5,))
+    by the voxel (unit density, about the seed): ``(n, n0, n1, n2, 5)``; with ``axes``, then
+    ``int u^2, int v^2, int w^2`` (8 entries)."""
+    out = np.zeros((len(seeds),) + tuple(shape) + (8 if axes else 5,))
     ones = np.ones(shape)
     for i, cell in enumerate(info):
         if not cell["polygons"]:
@@ -151,7 +155,7 @@ def piece_moments(seeds, info, shape, lo, hi):
                 continue
             piece = polytope(np.concatenate([cell["halfspaces"], box_halfspaces(a, b)]), 1e-12)
             if piece is not None:
-                out[(i,) + idx] = tetra_moments(piece, seeds[i])
+                out[(i,) + idx] = tetra_moments(piece, seeds[i], axes)
     return out
 
 
@@ -191,10 +195,50 @@ def voxel_index(x, lo, hi, n):
     return min(max(int(np.floor(g)), 0), n - 1)
 
 
+def polygon_moments(poly, about):
+    """Area, first moments (3,) and second moments (3, 3) about ``about`` of a convex planar
+    polygon (its triangles from the first vertex): for a triangle of vertices ``p_k``
+    relative to ``about``, ``int u = A mean(p)``, ``int u u^T = A / 12 (sum p_k p_k^T + s s^T)``,
+    ``s = sum p_k``."""
+    area, first, second = 0.0, np.zeros(3), np.zeros((3, 3))
+    p = np.asarray(poly) - about
+    for k in range(1, len(p) - 1):
+        t = p[[0, k, k + 1]]
+        a = 0.5 * np.linalg.norm(np.cross(t[1] - t[0], t[2] - t[0]))
+        s = t.sum(0)
+        area += a
+        first += a * s / 3.0
+        second += a / 12.0 * (t.T @ t + np.outer(s, s))
+    return area, first, second
+
+
+def facet_moments(seeds, info, values, lo, hi, F):
+    """Per cell and facet slot, ``int rho dS`` (n, F), ``int rho u dS`` (n, F, 3) and
+    ``int rho u u^T dS`` (n, F, 3, 3) over the facet polygon (clipped by each voxel),
+    ``u = x - y_i``; a facet on a voxel plane counts the voxel above it."""
+    n = len(info)
+    f0, f1, f2 = np.zeros((n, F)), np.zeros((n, F, 3)), np.zeros((n, F, 3, 3))
+    for i, k, idx, piece in facet_pieces(info, values, lo, hi):
+        if len(piece) >= 3:
+            a, m1, m2 = polygon_moments(piece, seeds[i])
+            f0[i, k] += values[idx] * a
+            f1[i, k] += values[idx] * m1
+            f2[i, k] += values[idx] * m2
+    return f0, f1, f2
+
+
 def facet_integrals(info, values, lo, hi, F):
     """Per cell and facet slot, the density integrated over the facet polygon (clipped by
     each voxel); a facet on a voxel plane counts the voxel above it."""
     out = np.zeros((len(info), F))
+    for i, k, idx, piece in facet_pieces(info, values, lo, hi):
+        out[i, k] += values[idx] * polygon_area(piece)
+    return out
+
+
+def facet_pieces(info, values, lo, hi):
+    """Every facet polygon clipped by every voxel: ``(cell, slot, voxel index, polygon)``; a
+    facet on a voxel plane goes to the voxel above it."""
     for i, cell in enumerate(info):
         for k, poly in cell["polygons"].items():
             for idx, a, b in voxels(values, lo, hi):
@@ -209,8 +253,7 @@ def facet_integrals(info, values, lo, hi, F):
                         continue
                     piece = clip_polygon(piece, axis, a[axis], False) if piece else piece
                     piece = clip_polygon(piece, axis, b[axis], True) if piece else piece
-                out[i, k] += values[idx] * polygon_area(piece)
-    return out
+                yield i, k, idx, piece
 
 
 # --------------------------------------------------------------------- boxes, in closed form

@@ -101,18 +101,27 @@ def cell_integrals_of_triangles(xp, seeds, triangles, slot, valid, F: int, value
     return about_seeds(xp, moments, origin), facet
 
 
-def potential_integrals_of_triangles(xp, seeds, triangles, valid, psi, values_shape, lo, hi):
-    """Per voxel ``int_voxel phi``, ``phi(x) = |x - y_i|^2 - psi_i`` on cell i, of shape
-    ``values_shape``: the derivative of ``Q = sum_i int_{L_i} (|x - y_i|^2 - psi_i) rho``
-    with respect to each voxel value (cells fixed), the transpose of the linear map
-    ``rho -> Q`` of the face reduction, coefficient by coefficient (voxel values
-    directly, and through the prefix tables)."""
+def polynomial_integrals_of_triangles(xp, seeds, triangles, valid, coefficients, values_shape, lo, hi):
+    """Per voxel ``sum_i int_{voxel & L_i} (a_i + b_i . u + c_i |u|^2)``, ``u = x - y_i``, of shape
+    ``values_shape``; ``coefficients`` (n, 5) the rows ``(a_i, b_i, c_i)``. The transpose of
+    the linear map ``rho -> moments`` (mass, first moments, second moment about the seeds)
+    of the face reduction, coefficient by coefficient (voxel values directly, and through
+    the prefix tables): ``<result, rho> = sum(coefficients * moments)``."""
     shape = tuple(int(s) for s in values_shape)
     origin = _first_vertices(xp, triangles, valid)[0]
     parts = _compat.blockwise(
-        xp, lambda s, o, t, ok, p: _potential_block(xp, s, o, t, ok, p, shape, lo, hi),
-        seeds, origin, triangles, valid, psi)
+        xp, lambda s, o, t, ok, q: _polynomial_block(xp, s, o, t, ok, q, shape, lo, hi),
+        seeds, origin, triangles, valid, coefficients)
     return _through_tables(xp, parts[0], parts[1], shape, lo, hi)
+
+
+def potential_integrals_of_triangles(xp, seeds, triangles, valid, psi, values_shape, lo, hi):
+    """Per voxel ``int_voxel phi``, ``phi(x) = |x - y_i|^2 - psi_i`` on cell i: the derivative of
+    ``Q = sum_i int_{L_i} (|x - y_i|^2 - psi_i) rho`` with respect to each voxel value (cells
+    fixed), :func:`polynomial_integrals_of_triangles` of ``(-psi_i, 0, 0, 0, 1)``."""
+    zeros = xp.zeros((psi.shape[0], 3), dtype=psi.dtype, device=aac.device(psi))
+    coefficients = xp.concat([-psi[:, None], zeros, xp.ones_like(psi)[:, None]], axis=1)
+    return polynomial_integrals_of_triangles(xp, seeds, triangles, valid, coefficients, values_shape, lo, hi)
 
 
 @_compat.jit_on_jax("shape")
@@ -284,16 +293,17 @@ def _moment_terms(xp, vox, X, live=None, normal=None):
     return out
 
 
-def _potential_terms(xp, vox, X, o, kappa, live=None):
+def _polynomial_terms(xp, vox, X, q, live=None):
     """Per triangle the coefficients ``(a1, a2, a3, a_c, a_cb)`` of ``d1, d2, d3`` (the table
-    differences), ``c`` and ``cb`` in its share of ``Q = M_2 + 2 o . M_1 + kappa m`` (moments
-    about the origin ``o``, relative to the seed; ``kappa = |o|^2 - psi``): the transpose of
-    :func:`_moment_terms`."""
+    differences), ``c`` and ``cb`` in its share of ``Q = g M_2 + beta . M_1 + kappa m``
+    (moments about the cell's origin; ``q = (kappa, beta_u, beta_v, beta_w, g)``, the
+    polynomial's coefficients about the origin): the transpose of :func:`_moment_terms`."""
     m = _Means(xp, X, area=False)
     W, bx, B, E = m.W, vox.bx, vox.B, vox.E
-    a2, a1 = W, 2.0 * o[0] * W                           # of K2 and K1
-    a0 = W * (m.r + 2.0 * (o[1] * m.v + o[2] * m.w) + kappa)
-    ac = W * (m.uuu / 3.0 + o[0] * m.uu + m.ur + 2.0 * (o[1] * m.uv + o[2] * m.uw) + kappa * m.u)
+    kappa, g = q[0], q[4]
+    a2, a1 = g * W, q[1] * W                             # of K2 and K1
+    a0 = W * (g * m.r + q[2] * m.v + q[3] * m.w + kappa)
+    ac = W * (g * (m.uuu / 3.0 + m.ur) + 0.5 * q[1] * m.uu + q[2] * m.uv + q[3] * m.uw + kappa * m.u)
     out = [a2 * bx * bx - a1 * bx + a0, 0.5 * a1 - a2 * bx, a2 / 3.0,
            ac - B * (a0 + B * (0.5 * a1 + B * a2 / 3.0)), E * (a0 + E * (0.5 * a1 + E * a2 / 3.0))]
     if live is not None:
@@ -448,8 +458,8 @@ def _cell_integrals_eager(xp, grid, origin, triangles, slot, valid, F, flat_valu
     return xp.stack(moments, axis=1), xp.reshape(facet, (n, F))
 
 
-def _potential_eager(xp, grid, origin, triangles, valid, kappa, scatter):
-    """:func:`_potential_block`, eagerly."""
+def _polynomial_eager(xp, grid, origin, triangles, valid, q, scatter):
+    """:func:`_polynomial_block`, eagerly."""
     n, T = valid.shape
     n0, n1, n2 = grid.shape
     dtype, dev = triangles.dtype, aac.device(triangles)
@@ -457,8 +467,7 @@ def _potential_eager(xp, grid, origin, triangles, valid, kappa, scatter):
            xp.zeros((n0 * n1 * n2,), dtype=dtype, device=dev))
     for X, (cell, _, i, j, k) in _eager_pieces(xp, grid, triangles, valid, origin):
         vox = _Voxel(xp, grid, i, j, k, xp.take(grid.sl[:, 0], cell), xp.take(grid.base, cell))
-        o = [xp.take(origin[:, a], cell) for a in range(3)]
-        acc = scatter(vox, _potential_terms(xp, vox, _rows(X), o, xp.take(kappa, cell)), acc)
+        acc = scatter(vox, _polynomial_terms(xp, vox, _rows(X), [xp.take(q[a, :], cell) for a in range(5)]), acc)
     return acc[0][None, :], acc[1][None, :]
 
 
@@ -619,17 +628,21 @@ def _cell_integrals(xp, seeds, origin, triangles, slot, valid, F, values, tables
 
 
 @_compat.jit_on_jax("shape")
-def _potential_block(xp, seeds, origin, triangles, valid, psi, shape, lo, hi):
-    """Per block of cells, the gradient of Q with respect to the prefix tables
-    ``(1, 3 R (n0 + 1))`` and to the voxel values directly ``(1, n0 n1 n2)``; about the
-    cells' ``origin`` (n, 3) relative to the seeds."""
+def _polynomial_block(xp, seeds, origin, triangles, valid, coefficients, shape, lo, hi):
+    """Per block of cells, the gradient of ``Q = sum_i int_{L_i} (a_i + b_i . u + c_i |u|^2) rho``
+    with respect to the prefix tables ``(1, 3 R (n0 + 1))`` and to the voxel values directly
+    ``(1, n0 n1 n2)``; about the cells' ``origin`` (n, 3) relative to the seeds, where the
+    polynomial is ``kappa + beta . (u - o) + c |u - o|^2`` (``q`` below)."""
     n, T = valid.shape
     n0, n1, n2 = shape
     grid = _Grid(xp, seeds + origin, shape, lo, hi)
     dev = aac.device(seeds)
     size = n1 * n2 * (n0 + 1)
     nvox = n0 * n1 * n2
-    kappa = _compat.dot(origin, origin) - psi
+    a, b, c = coefficients[:, 0], coefficients[:, 1:4], coefficients[:, 4]
+    kappa = a + _compat.dot(b, origin) + c * _compat.dot(origin, origin)
+    beta = b + 2.0 * c[:, None] * origin
+    q = xp.stack([kappa, beta[:, 0], beta[:, 1], beta[:, 2], c])                # (5, n)
 
     def scatter(vox, terms, acc):
         """``acc`` plus the coefficients of ``d_m = A_m[at] - A_m[at_base]`` (into the
@@ -641,13 +654,12 @@ def _potential_block(xp, seeds, origin, triangles, valid, psi, shape, lo, hi):
                                              nvox))
 
     if not _compat.static_shapes(triangles, valid):
-        return _potential_eager(xp, grid, origin, triangles, valid, kappa, scatter)
+        return _polynomial_eager(xp, grid, origin, triangles, valid, q, scatter)
 
     def visit(X, live, normal, index, rows, acc):
         cell = rows // T
         vox = _Voxel(xp, grid, index[0], index[1], index[2], xp.take(grid.sl[:, 0], cell), xp.take(grid.base, cell))
-        o = [xp.take(origin[:, a], cell)[:, None] for a in range(3)]
-        terms = _potential_terms(xp, vox.fan(), X, o, xp.take(kappa, cell)[:, None], live)
+        terms = _polynomial_terms(xp, vox.fan(), X, [xp.take(q[a, :], cell)[:, None] for a in range(5)], live)
         return scatter(vox, [xp.sum(t, axis=1) for t in terms], acc)
 
     acc = (xp.zeros((3 * size,), dtype=seeds.dtype, device=dev), xp.zeros((nvox,), dtype=seeds.dtype, device=dev))

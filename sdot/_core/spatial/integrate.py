@@ -1,14 +1,19 @@
 """The integrals the core asks of a voxel density (:class:`..density.PixelDensity` in 3D),
 over the cells of :mod:`.polyhedra`: their boundary triangles handed to :mod:`.faces`; eagerly
 on the uniform density, the listed triangles (:func:`.polyhedra.listed_triangles`, a third of
-the slots) in closed form, by the tetrahedra of :func:`.faces.cell_integrals_of_triangles`."""
+the slots) in closed form, by the tetrahedra of :func:`.faces.cell_integrals_of_triangles`.
+
+For the implicit differentiation of the transport plan: :func:`facet_moments` (the density's
+moments of order 0, 1, 2 over each facet), :func:`polynomial_integrals` (per voxel, a
+quadratic polynomial per cell integrated: the transpose of ``values -> moments``) and
+:func:`axis_second_moments` (by :mod:`.sensitivity` and :mod:`.faces`)."""
 from __future__ import annotations
 
 import array_api_compat as aac
 
 from .. import _compat
 from ..moments import FAR, about_seeds
-from . import faces
+from . import faces, sensitivity
 from .polyhedra import facet_triangles, listed_triangles
 
 
@@ -23,9 +28,84 @@ def cell_integrals(xp, seeds, cells, values, lo, hi):
 
 
 def potential_integrals(xp, seeds, cells, psi, lo, hi, shape):
-    """Per voxel ``int phi``, ``phi(x) = |x - y_i|^2 - psi_i`` on cell i, of ``shape``."""
+    """Per voxel ``int phi``, ``phi(x) = |x - y_i|^2 - psi_i`` on cell i, of ``shape``:
+    :func:`polynomial_integrals` of ``(-psi_i, 0, 0, 0, 1)``."""
+    zeros = xp.zeros((psi.shape[0], 3), dtype=psi.dtype, device=aac.device(psi))
+    coefficients = xp.concat([-psi[:, None], zeros, xp.ones_like(psi)[:, None]], axis=1)
+    return polynomial_integrals(xp, seeds, cells, coefficients, lo, hi, shape)
+
+
+def polynomial_integrals(xp, seeds, cells, coefficients, lo, hi, shape):
+    """Per voxel the integral of a quadratic polynomial per cell.
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace.
+    seeds : array (n, 3)
+        The seeds ``y_i``.
+    cells : Cells
+        Their cells (:class:`.polyhedra.Cells`).
+    coefficients : array (n, 5)
+        Per cell ``(a_i, b_i (3 entries), c_i)``.
+    lo, hi : array (3,)
+        The box of the voxel grid.
+    shape : tuple of int
+        The voxel grid's shape ``(n0, n1, n2)``.
+
+    Returns
+    -------
+    array of shape ``shape``
+        Per voxel ``p``, ``sum_i int_{L_i & p} (a_i + b_i . u + c_i |u|^2) dx``, ``u = x - y_i``:
+        the transpose of ``values -> cell_integrals(values)[0]``, ``<result, values> =
+        sum(coefficients * moments)``. Generalises :func:`potential_integrals`.
+    """
+    shape = tuple(int(s) for s in shape)
+    if shape == (1, 1, 1):          # one voxel: the unit density's moments, in closed form
+        ones = xp.ones(shape, dtype=seeds.dtype, device=aac.device(seeds))
+        moments = cell_integrals(xp, seeds, cells, ones, lo, hi)[0]
+        return xp.reshape(xp.sum(coefficients * moments), shape)
     tri, _, valid = facet_triangles(xp, cells)
-    return faces.potential_integrals_of_triangles(xp, seeds, tri, valid, psi, tuple(shape), lo, hi)
+    return faces.polynomial_integrals_of_triangles(xp, seeds, tri, valid, coefficients, shape, lo, hi)
+
+
+def facet_moments(xp, seeds, cells, values, lo, hi):
+    """Per facet slot ``(i, k)`` the moments of order 0, 1, 2 of the density over the facet.
+
+    Parameters
+    ----------
+    xp : namespace
+        The array namespace.
+    seeds : array (n, 3)
+        The seeds ``y_i``.
+    cells : Cells
+        Their cells (:class:`.polyhedra.Cells`), ``F`` facet slots each.
+    values : array (n0, n1, n2)
+        The voxel values on the box ``[lo, hi]``.
+    lo, hi : array (3,)
+        The box of the grid.
+
+    Returns
+    -------
+    f0 : array (n, F)
+        ``int_facet rho dS``: the ``facet`` of :func:`cell_integrals`.
+    f1 : array (n, F, 3)
+        ``int_facet rho u dS``, ``u = x - y_i``.
+    f2 : array (n, F, 3, 3)
+        ``int_facet rho u u^T dS`` (symmetric).
+
+    The slots on the box's sides (``labels < 0``) are filled like the others; unused slots
+    (and slots whose facet was clipped away) are zero. :func:`.sensitivity.facet_moments_of_triangles`.
+    """
+    tri, slot, valid = facet_triangles(xp, cells)
+    return sensitivity.facet_moments_of_triangles(xp, seeds, tri, slot, valid, cells.labels.shape[1], values, lo, hi)
+
+
+def axis_second_moments(xp, seeds, cells, values, lo, hi):
+    """Per cell ``int_{L_i} (x_a - y_ia)^2 rho`` for each axis ``a``, ``(n, 3)``: their sum is
+    the second moment of :func:`cell_integrals`. :func:`.sensitivity.axis_second_moments_of_triangles`."""
+    tri, _, valid = facet_triangles(xp, cells)
+    return sensitivity.axis_second_moments_of_triangles(xp, seeds, tri, valid, values, lo, hi)
 
 
 def volumes(xp, cells):
