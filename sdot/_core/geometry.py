@@ -13,7 +13,11 @@ exposes what the dimension-free core asks of the cells:
 - ``c_transform(xp, seeds, cells, psi)``: ``min_x |x - y_i|^2 - phi(x)`` over the domain;
 - ``integrate.cell_integrals(xp, seeds, cells, values, lo, hi)`` and
   ``integrate.potential_integrals(xp, seeds, cells, psi, lo, hi, shape)``: the exact integrals
-  of a piecewise-constant grid density (:class:`.density.PixelDensity`);
+  of a piecewise-constant grid density (:class:`.density.PixelDensity`); for the implicit
+  differentiation of the plan, ``integrate.facet_moments(xp, seeds, cells, values, lo, hi)``,
+  ``integrate.polynomial_integrals(xp, seeds, cells, coefficients, lo, hi, shape)`` and
+  ``integrate.axis_second_moments(xp, seeds, cells, values, lo, hi)`` (2D:
+  :mod:`.planar.sensitivity`);
 - optionally ``solve(xp, prob, active, targets, log=)``: a direct solve that replaces the
   Newton loop (1D, :mod:`.linear`: the sorted closed form), a :class:`.newton.Solution`
   in the problem's units.

@@ -20,7 +20,8 @@ that clip them), :mod:`.kinetic` (the kinetic update and the rebuild), :mod:`.ag
 (which cells disagree with their neighbours), :mod:`.repair` (until the area
 certificate holds), :mod:`.diagram` (all of these together), :mod:`.hiding`, and
 :mod:`.integrate` (exact integrals of a piecewise-constant grid density over the
-cells, used by :class:`..density.PixelDensity`).
+cells, used by :class:`..density.PixelDensity`) and :mod:`.sensitivity` (the integrals of
+the plan's implicit differentiation, by the same walk; reached through :mod:`.integrate`).
 """
 from __future__ import annotations
 

@@ -349,44 +349,13 @@ def potential_integrals(xp, seeds, cells, psi, lo, hi, density_shape):
 
     The derivative of ``Q = sum_i int_{L_i} (|x - y_i|^2 - psi_i) rho`` with
     respect to each pixel value of ``rho`` (cells fixed): the transpose of the
-    linear map ``rho -> Q`` of :func:`cell_integrals`, coefficient by coefficient
-    (pixel values directly, and through the prefix tables).
+    linear map ``rho -> Q`` of :func:`cell_integrals`, :func:`.sensitivity.polynomial_integrals`
+    of ``a = -psi``, ``b = 0``, ``c = 1``.
     """
-    nx, ny = density_shape
-    dev = aac.device(seeds)
-    e = _Edges(xp, seeds, cells.vertices, cells.count, lo, hi, density_shape)
-    grid = _Grid(xp, seeds, e, density_shape, lo, hi)
-    sx, w0 = grid.sx, -xp.take(psi, e.cell)
+    zero = xp.zeros_like(psi)
+    coefficients = xp.stack([-psi, zero, zero, xp.ones_like(psi)], axis=1)
+    return polynomial_integrals(xp, seeds, cells, coefficients, lo, hi, density_shape)
 
-    def visit(piece, acc):
-        g_tables, g_pixels = acc
-        u_left = grid.u_left(xp, piece)
-        p, q = piece.p, piece.q
-        half_dv = xp.where(piece.live, 0.5 * (q[:, 1] - p[:, 1]), 0.0)
-        ul3 = u_left * u_left * u_left
-        a1 = 0.0
-        ac = 0.0
-        for tau in _GAUSS:
-            u = p[:, 0] + tau * (q[:, 0] - p[:, 0])
-            v = p[:, 1] + tau * (q[:, 1] - p[:, 1])
-            a1 = a1 + (w0 + v * v + sx * sx) * half_dv
-            ac = ac + ((w0 + v * v) * (u - u_left) + (u * u * u - ul3) / 3.0) * half_dv
-        a2 = -2.0 * sx * half_dv
-        a3 = (2.0 / 3.0) * half_dv
-        coef = xp.stack([a1, a2, a3], axis=-1)
-        at_pixel, at_seed = grid.table_index(piece)
-        g_tables = g_tables + _compat.segment_sum(
-            xp, xp.concat([coef, -coef], axis=0), xp.concat([at_pixel, at_seed]), ny * (nx + 1))
-        g_pixels = g_pixels + _compat.segment_sum(xp, ac, piece.ix * ny + piece.iy, nx * ny)
-        return g_tables, g_pixels
 
-    acc = (xp.zeros((ny * (nx + 1), 3), dtype=seeds.dtype, device=dev),
-           xp.zeros((nx * ny,), dtype=seeds.dtype, device=dev))
-    g_tables, g_pixels = _visit_pieces(xp, e, density_shape, visit, acc)
-    # A_m[j, i] = sum_{k < i} c[k, j] band_m[k]: dQ/dc[k, j] += band_m[k] sum_{i > k} dQ/dA_m[j, i]
-    xs = lo[0] + (hi[0] - lo[0]) * xp.arange(nx + 1, dtype=seeds.dtype, device=dev) / nx
-    g_tables = xp.reshape(g_tables, (ny, nx + 1, 3))
-    after = xp.flip(xp.cumulative_sum(xp.flip(g_tables, axis=1), axis=1), axis=1)[:, 1:, :]   # (ny, nx, 3)
-    bands = xp.stack([xs[1:] ** m - xs[:-1] ** m for m in (1, 2, 3)], axis=-1)                # (nx, 3)
-    through_tables = xp.permute_dims(xp.sum(after * bands[None, :, :], axis=-1), (1, 0))        # (nx, ny)
-    return xp.reshape(g_pixels, (nx, ny)) + through_tables
+# the integrals of the implicit differentiation, reached as ``integrate.<name>`` (they use the walk above)
+from .sensitivity import axis_second_moments, facet_moments, polynomial_integrals  # noqa: E402, F401
