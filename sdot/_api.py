@@ -5,12 +5,12 @@ import functools
 import math
 import numbers
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import array_api_compat as aac
 import numpy as np
 
-from . import _autodiff, _driver
+from . import _autodiff, _differentiable, _driver
 from ._core import _compat, gradients, newton, plan
 from ._core.density import PixelDensity
 from ._core.options import DEFAULT as NEWTON_OPTIONS
@@ -67,6 +67,48 @@ class OtPlan:
     iterations: object
     residual: object
     status: object
+    _linearization: object = field(default=None, repr=False, compare=False)
+    _normalisation: object = field(default=None, repr=False, compare=False)
+
+    def jvp(self, positions=None, weights=None, values=None, domain=None):
+        """NumPy's forward-mode derivative: the tangents of ``distance``, ``barycenters``,
+        ``brenier_potential`` and ``cell_masses`` (a dict) along tangents of the inputs (None
+        for zero): the Dirac ``positions`` (n, d), their ``weights`` (n,) (the masses before
+        normalisation; SumOfDiracs has none), the grid's ``values`` and its ``domain``
+        ``(lo, hi)``, each of shape (d,). By implicit differentiation: one sparse solve.
+        torch and JAX users differentiate the plan's arrays directly."""
+        norm = self._normaliser("jvp")
+        lo, hi = (None, None) if domain is None else (np.asarray(domain[0], float), np.asarray(domain[1], float))
+        tangents = norm.forward(*(None if t is None else np.asarray(t, dtype=norm.lin.seeds.dtype)
+                                  for t in (positions, weights, values)), lo, hi)
+        rule = self._rules()
+        return dict(zip(rule.outputs, rule.jvp(norm.lin, tangents)))
+
+    def vjp(self, distance=None, barycenters=None, brenier_potential=None, cell_masses=None):
+        """NumPy's reverse-mode derivative: the cotangents of the inputs (a dict: ``positions``,
+        ``weights``, ``values``, ``domain`` as ``(lo, hi)``) of cotangents of the outputs (None
+        for zero); see :meth:`jvp`."""
+        norm = self._normaliser("vjp")
+        lin = norm.lin
+        zero = lambda shape: np.zeros(shape, dtype=lin.seeds.dtype)        # noqa: E731
+        n, d = lin.seeds.shape
+        cts = [np.asarray(c, dtype=lin.seeds.dtype) if c is not None else zero(shape)
+               for c, shape in zip((barycenters, brenier_potential, cell_masses, distance), ((n, d), (n,), (n,), ()))]
+        rule = self._rules()
+        grads = rule.vjp(lin, (cts[3],) + tuple(cts[:3]), (True,) * 5)
+        positions, weights, values, lo, hi = norm.backward(*grads)
+        return dict(positions=positions, weights=weights, values=values, domain=(lo, hi))
+
+    def _normaliser(self, what):
+        if self._normalisation is None:
+            raise TypeError(f"OtPlan.{what} is NumPy's: differentiate torch and JAX plans with their autodiff")
+        return self._normalisation
+
+    def _rules(self):
+        """The rule of :meth:`jvp` and :meth:`vjp`, kept (with its facets and factors)."""
+        if getattr(self, "_kept_rule", None) is None:
+            self._kept_rule = _differentiable.PlanRule(("distance",) + _differentiable.PLAN_OUTPUTS)
+        return self._kept_rule
 
 
 def _check_pair(source, target):
@@ -205,6 +247,8 @@ def optimal_transport_plan(source, target, tol=None, max_iter=300, verbose=False
     xp, prob = _problem(source, target)
     tol = default_tolerance() if tol is None else tol
     out, stop = _solve(xp, prob, tol, max_iter, _printer(verbose), raise_on_failure, NEWTON_OPTIONS)
+    if aac.is_numpy_array(out.barycenters):
+        out._normalisation = _differentiable.Normalisation(source, target, out._linearization)
     if raise_on_failure and not _driver.is_tracer(out.converged) and not bool(out.converged):
         raise OtNotConverged(_failure(out, stop, tol, max_iter, prob, NEWTON_OPTIONS), out)
     return out
@@ -284,15 +328,24 @@ def _solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
         with _autodiff.without_autodiff(xp):
             res = plan.solve_plan(xp, cut, tol, max_iter, log=log, options=options)
         res.update({k: _autodiff.released(res[k]) for k in _PLAN_ARRAYS + ("distance",)})
-    distance = _autodiff.attach(res["distance"], (prob.seeds, prob.masses, prob.density.values),
-                                (cut.density, res["state"]), _gradients)
+    lin = _differentiable.linearization(cut, res)
+    inputs = (prob.seeds, prob.masses, prob.density.values, prob.lo, prob.hi)
+    outputs = _autodiff.attach_linear(tuple(res[k] for k in _differentiable.PLAN_OUTPUTS), inputs, lin,
+                                      _differentiable.PlanRule(_differentiable.PLAN_OUTPUTS))
+    distance = _autodiff.attach(res["distance"], inputs, (lin, res["barycenters"], res["brenier_potential"]),
+                                _DISTANCE_GRADIENTS)
     if nan_on_failure and _driver.is_tracer(res["converged"]):
         distance = xp.where(res["converged"], distance, xp.nan)
     sol = res["solution"]
     diagram = PowerDiagram._from_solution(cut, _autodiff.released(sol.psi), sol.evaluation.cells,
                                           sol.evaluation.moments, res["active"])
-    return (OtPlan(distance=distance, power_diagram=diagram, **{k: res[k] for k in _PLAN_ARRAYS}),
-            (sol.width, sol.damping))
+    arrays = dict(zip(_differentiable.PLAN_OUTPUTS, outputs))
+    arrays.update({k: res[k] for k in _PLAN_ARRAYS if k not in arrays})
+    return OtPlan(distance=distance, power_diagram=diagram, _linearization=lin, **arrays), (sol.width, sol.damping)
+
+
+#: The gradient rule of W2^2 (see :func:`._differentiable.distance_gradients`).
+_DISTANCE_GRADIENTS = functools.partial(_differentiable.distance_gradients, _differentiable.PlanRule)
 
 
 def _jax_on_host(xp, cut):
@@ -305,43 +358,40 @@ def _jax_on_host(xp, cut):
 def _solve_on_host(xp, prob, host, tol, max_iter, log, options):
     """The eager NumPy solve of the concrete JAX problem ``host`` (NumPy views): nothing
     compiles. The plan's arrays come back as JAX arrays; the solver's state stays on the
-    host, in the gradient rule's closure."""
+    host, in the rules' closures (their products run through ``jax.pure_callback``)."""
     res = plan.solve_plan(_compat.namespace(host.seeds), host, tol, max_iter, log=log, options=options)
     like = _autodiff.detach(prob.seeds)
     to_jax = lambda a: _driver.convert_like(np.asarray(a), like)      # noqa: E731 (jax.device_put)
-    distance = _autodiff.attach(to_jax(res["distance"]), (prob.seeds, prob.masses, prob.density.values), (),
-                                functools.partial(_gradients_on_host, (host.density, res["state"])))
+    lin = _differentiable.linearization(host, res)
+    inputs = (prob.seeds, prob.masses, prob.density.values, prob.lo, prob.hi)
+    outputs = _autodiff.attach_linear(tuple(to_jax(res[k]) for k in _differentiable.PLAN_OUTPUTS), inputs, (),
+                                      _differentiable.HostRule(_differentiable.PLAN_OUTPUTS, lin))
+    distance = _autodiff.attach(to_jax(res["distance"]), inputs, (),
+                                functools.partial(_gradients_on_host, (lin, res["barycenters"], res["brenier_potential"])))
     sol = res["solution"]
     diagram = PowerDiagram._from_solution(newton.Problem(prob.seeds, None, host.density), to_jax(sol.psi),
                                           sol.evaluation.cells, sol.evaluation.moments, res["active"])
-    out = OtPlan(distance=distance, power_diagram=diagram, **{k: to_jax(res[k]) for k in _PLAN_ARRAYS})
-    return out, (sol.width, sol.damping)
+    arrays = dict(zip(_differentiable.PLAN_OUTPUTS, outputs))
+    arrays.update({k: to_jax(res[k]) for k in _PLAN_ARRAYS if k not in arrays})
+    return OtPlan(distance=distance, power_diagram=diagram, _linearization=lin, **arrays), (sol.width, sol.damping)
 
 
 def _gradients_on_host(state, inputs, _, needs):
-    """:func:`_gradients` with the host ``state`` of :func:`_solve_on_host`: on NumPy views
-    of concrete inputs, returned as JAX arrays; traced inputs (a transformation of the
-    gradient itself) get the state as JAX arrays."""
-    views = _driver.host_views(*inputs)
-    if views is None:
-        import jax
-
-        return _gradients(inputs, jax.tree_util.tree_map(jax.numpy.asarray, state), needs)
-    return tuple(None if g is None else _driver.convert_like(g, _autodiff.detach(a))
-                 for g, a in zip(_gradients(tuple(views), state, needs), inputs))
+    """The gradient rule of W2^2 with the host ``state`` of :func:`_solve_on_host` (the
+    :class:`._core.sensitivity.Linearization` and the plan's barycentres and potential, NumPy):
+    the values on the host, returned as JAX arrays, made differentiable through
+    :class:`._differentiable.HostRule` (second derivatives)."""
+    lin, barycenters, potential = state
+    like = _autodiff.detach(inputs[0])
+    to_jax = lambda a: None if a is None else _driver.convert_like(np.asarray(a), like)    # noqa: E731
+    grads = [to_jax(g) for g in _differentiable.first_derivatives(lin, _differentiable.PlanRule, needs)]
+    rule_of = lambda outputs: ((), _differentiable.HostRule(outputs, lin))     # noqa: E731
+    return _differentiable.recorded(inputs, grads, to_jax(barycenters), to_jax(potential), rule_of, needs)
 
 
 #: The arrays of an :class:`OtPlan` besides the distance and the diagram.
 _PLAN_ARRAYS = ("barycenters", "cell_masses", "brenier_potential", "converged", "iterations", "residual",
                 "status")
-
-
-def _gradients(inputs, state, needs):
-    """``dW/d(seeds, masses, density values)`` (see :mod:`sdot._core.gradients`); ``state``:
-    the density (detached) and the :class:`._core.gradients.GradientState`."""
-    seeds, masses, _ = inputs
-    density, gstate = state
-    return gradients.gradients(_driver.namespace(seeds), seeds, masses, density, gstate, needs)
 
 
 def distance(source, target, **options):

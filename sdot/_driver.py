@@ -343,6 +343,11 @@ def checkable(*arrays):
     return (np, views) if views is not None else (namespace(*arrays), [detach(a) for a in arrays])
 
 
+def same_framework(a, b) -> bool:
+    """True if ``a`` and ``b`` are both torch tensors or both JAX arrays (tracers included)."""
+    return (aac.is_torch_array(a) and aac.is_torch_array(b)) or (aac.is_jax_array(a) and aac.is_jax_array(b))
+
+
 def _to_host(x):
     """A NumPy array with the values of the concrete array ``x``."""
     if aac.is_torch_array(x):

@@ -30,7 +30,7 @@ def _degree(shape, d, one_value_per_cell):
 
 def _bound(b, values):
     """One corner of the domain: a native array cast to ``values.dtype``, or NumPy."""
-    if _is_native(b) and type(b) is type(values):
+    if _is_native(b) and _driver.same_framework(b, values):
         return b if b.dtype == values.dtype else namespace(b).astype(b, values.dtype)
     host = _driver._to_host(b) if _is_native(b) else np.asarray(b)
     if host.dtype.kind not in "biuf":

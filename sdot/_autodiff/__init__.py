@@ -12,7 +12,7 @@ import contextlib
 
 import array_api_compat as aac
 
-__all__ = ["attach", "detach", "without_autodiff", "released"]
+__all__ = ["attach", "attach_linear", "first_order", "detach", "without_autodiff", "released"]
 
 
 def detach(x):
@@ -69,4 +69,42 @@ def attach(value, inputs, state, grad_fn):
         from ._jax import attach as attach_jax
 
         return attach_jax(value, inputs, state, grad_fn)
+    return value
+
+
+def attach_linear(values, inputs, state, rule):
+    """``values`` (a tuple of arrays) connected to ``inputs`` by a linear rule: along input
+    tangents ``t`` (a tuple, None for zero) the tangents of ``values`` are
+    ``rule.jvp(state, t)``, and the cotangents of ``inputs`` for output cotangents ``c`` are
+    ``rule.vjp(state, c, needs)`` (None where not ``needs``), its transpose.
+
+    ``rule`` is hashable (a static argument under ``jax.jit``); ``state`` a pytree of arrays
+    (not differentiated). torch: an ``autograd.Function`` (backward and forward mode, once
+    differentiable); JAX: a ``custom_jvp`` whose tangent map JAX transposes through the
+    rule's ``vjp`` (``jax.lax.custom_linear_solve``): ``jvp``, ``grad``, ``jacfwd``, ``jacrev``,
+    under ``jit``, ``vmap`` and ``scan``. NumPy gets ``values`` as they are.
+    """
+    if any(aac.is_torch_array(v) for v in values):
+        from ._torch import attach_linear as attach_torch
+
+        return attach_torch(values, inputs, state, rule)
+    if any(aac.is_jax_array(v) for v in values):
+        from ._jax import attach_linear as attach_jax
+
+        return attach_jax(values, inputs, state, rule)
+    return tuple(values)
+
+
+def first_order(value, inputs, what):
+    """``value`` (computed without autodiff), whose derivative with respect to ``inputs`` is
+    not implemented: differentiating it raises ``NotImplementedError`` naming ``what``,
+    rather than giving zero. Used for gradients that are only known to first order."""
+    if aac.is_torch_array(value):
+        from ._torch import first_order as first_order_torch
+
+        return first_order_torch(value, inputs, what)
+    if aac.is_jax_array(value):
+        from ._jax import first_order as first_order_jax
+
+        return first_order_jax(value, inputs, what)
     return value

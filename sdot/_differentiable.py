@@ -1,0 +1,232 @@
+"""The derivatives of a solve, attached to its outputs (the differentiable plan).
+
+:class:`PlanRule` turns :mod:`._core.sensitivity` (the implicit differentiation of the
+optimality condition: one sparse solve per product) into the rule of
+:func:`._autodiff.attach_linear`: the plan's barycentres, Brenier potential and cell masses
+are differentiable with respect to the Dirac positions and masses and the grid's values and
+domain, in torch and JAX. W2^2 keeps its closed-form first derivatives; its second
+derivatives follow from the differentiable barycentres, potentials and pixel integrals of
+``phi`` (:func:`distance_gradients`). NumPy users call :meth:`sdot.OtPlan.jvp` and
+:meth:`sdot.OtPlan.vjp`, which chain the rule with the normalisation of the masses and of
+the density (:class:`Normalisation`).
+"""
+from __future__ import annotations
+
+import array_api_compat as aac
+import numpy as np
+
+from . import _autodiff, _driver
+from ._core import _compat, gradients, sensitivity
+from ._core.density import PixelDensity
+from ._core.options import DEFAULT
+
+#: The differentiable outputs of :class:`sdot.OtPlan`, in this order.
+PLAN_OUTPUTS = ("barycenters", "brenier_potential", "cell_masses")
+#: What the second derivatives of W2^2 need.
+GRADIENT_OUTPUTS = ("barycenters", "brenier_potential", "potential")
+INPUTS = ("seeds", "masses", "values", "lo", "hi")
+
+
+class PlanRule:
+    """The rule of :func:`._autodiff.attach_linear` for the ``outputs`` (names of
+    :class:`._core.sensitivity.Tangents`) of a solve whose state is a
+    :class:`._core.sensitivity.Linearization`. Eagerly it keeps the facets and the linear
+    solver (its factors) between products of the same state."""
+
+    def __init__(self, outputs):
+        self.outputs = tuple(outputs)
+        self._kept = None
+
+    def _prepared(self, lin):
+        xp = _driver.namespace(lin.seeds)
+        if self._kept is not None and self._kept[0] is lin:
+            return xp, self._kept[1], self._kept[2]
+        fac, solver = sensitivity.facets(xp, lin), DEFAULT.linear.solver()
+        if not _compat.is_traced(lin.seeds):
+            self._kept = (lin, fac, solver)
+        return xp, fac, solver
+
+    def jvp(self, lin, tangents):
+        """The output tangents along the input tangents (a tuple of :data:`INPUTS`, None for zero)."""
+        xp, fac, solver = self._prepared(lin)
+        wanted = sensitivity.Tangents(**{k: True for k in self.outputs})
+        out = sensitivity.tangents(xp, lin, fac, sensitivity.Inputs(*tangents), solver, wanted)
+        return tuple(getattr(out, k) for k in self.outputs)
+
+    def vjp(self, lin, cotangents, needs):
+        """The input cotangents (None where not ``needs``) of the output cotangents."""
+        xp, fac, solver = self._prepared(lin)
+        ct = sensitivity.Tangents(**dict(zip(self.outputs, cotangents)))
+        wanted = sensitivity.Inputs(*(True if need else None for need in needs))
+        return tuple(sensitivity.cotangents(xp, lin, fac, ct, solver, wanted))
+
+
+class HostRule:
+    """A :class:`PlanRule` on the host's NumPy state of an eager JAX solve, called from JAX
+    through ``jax.pure_callback`` (``state`` is empty: the state is the rule's)."""
+
+    def __init__(self, outputs, lin):
+        self.rule, self.lin = PlanRule(outputs), lin
+        n, d = lin.seeds.shape
+        shapes = {"barycenters": (n, d), "brenier_potential": (n,), "cell_masses": (n,), "distance": (),
+                  "potential": tuple(lin.values.shape)}
+        self.out_shapes = [shapes[k] for k in outputs]
+        self.in_shapes = [(n, d), (n,), tuple(lin.values.shape), (d,), (d,)]
+
+    def _call(self, fn, args, shapes):
+        import jax
+
+        dtype = self.lin.seeds.dtype
+        result = [jax.ShapeDtypeStruct(s, dtype) for s in shapes]
+        return jax.pure_callback(lambda *a: tuple(np.asarray(x, dtype=dtype) for x in fn(*a)), tuple(result),
+                                 *args, vmap_method="sequential")
+
+    def jvp(self, _, tangents):
+        live = [t for t in tangents if t is not None]
+        needs = [t is not None for t in tangents]
+
+        def run(*args):
+            it = iter(args)
+            return self.rule.jvp(self.lin, tuple(np.asarray(next(it)) if need else None for need in needs))
+        return self._call(run, live, self.out_shapes)
+
+    def vjp(self, _, cotangents, needs):
+        shapes = [s for s, need in zip(self.in_shapes, needs) if need]
+
+        def run(*args):
+            return [g for g in self.rule.vjp(self.lin, tuple(np.asarray(a) for a in args), needs) if g is not None]
+        out = iter(self._call(run, list(cotangents), shapes))
+        return tuple(next(out) if need else None for need in needs)
+
+
+def linearization(cut, res):
+    """The :class:`._core.sensitivity.Linearization` of the solve ``res`` (of
+    :func:`._core.plan.solve_plan`) of the detached problem ``cut``."""
+    st = res["state"]
+    return sensitivity.Linearization(cut.seeds, cut.masses, cut.density.values, cut.lo, cut.hi, st.cells,
+                                     st.moments, res["solution"].evaluation.facet, st.psi, st.rep, st.active,
+                                     st.targets)
+
+
+def distance_gradients(rule_for, inputs, state, needs):
+    """``dW/d(seeds, masses, values, lo, hi)`` (None where not ``needs``), for
+    :func:`._autodiff.attach`; ``state``: the :class:`._core.sensitivity.Linearization` and
+    the plan's barycentres and Brenier potential; ``rule_for(outputs)`` makes the rule of
+    the ``outputs`` (a :class:`PlanRule`)."""
+    lin, barycenters, potential = state
+    grads = first_derivatives(lin, rule_for, needs)
+    return recorded(inputs, grads, barycenters, potential, lambda outputs: (lin, rule_for(outputs)), needs)
+
+
+def first_derivatives(lin, rule_for, needs):
+    """The values of ``dW/d(seeds, masses, values, lo, hi)`` (:mod:`._core.gradients`; the
+    domain's by :func:`._core.sensitivity.cotangents`), a list, None where not ``needs``."""
+    xp = _driver.namespace(lin.seeds)
+    gstate = gradients.GradientState(lin.cells, lin.moments, lin.psi, lin.rep, lin.active, lin.targets)
+    density = PixelDensity(lin.values, lin.lo, lin.hi)
+    out = list(gradients.gradients(xp, lin.seeds, lin.masses, density, gstate, needs[:3])) + [None, None]
+    if needs[3] or needs[4]:
+        one = xp.ones((), dtype=lin.seeds.dtype, device=aac.device(lin.seeds))
+        out[3:] = rule_for(("distance",)).vjp(lin, (one,), (False, False, False, needs[3], needs[4]))[3:]
+    return out
+
+
+def recorded(inputs, grads, barycenters, potential, rule_of, needs):
+    """The gradient values ``grads`` made differentiable where autodiff records (torch's
+    double backward, JAX): the position, mass and value gradients are built from the
+    barycentres, potentials and pixel integrals of ``phi`` attached to ``inputs`` by the
+    rule ``rule_of(outputs) -> (state, rule)``, so that they can be differentiated again
+    (``2 m (y - b)``, ``psi``, ``int phi``); the domain's only to first order (a derivative
+    of it raises)."""
+    out = list(grads)
+    what = "W2^2's gradient with respect to the grid's domain"
+    out[3:] = [None if g is None else _autodiff.first_order(g, inputs, what) for g in grads[3:]]
+    if not (_records(inputs) and any(needs[:3])):
+        return tuple(out)
+    names = ("barycenters", "brenier_potential") + (("potential",) if needs[2] else ())
+    values = (barycenters, potential) + ((grads[2],) if needs[2] else ())
+    state, rule = rule_of(names)
+    attached = _autodiff.attach_linear(values, inputs, state, rule)
+    seeds, masses = inputs[0], inputs[1]
+    if needs[0]:
+        out[0] = 2.0 * masses[:, None] * (seeds - attached[0])
+    if needs[1]:
+        out[1] = attached[1] + (grads[1] - potential)      # a zero-mass Dirac's c-transform: first order
+    if needs[2]:
+        out[2] = attached[2]
+    return tuple(out)
+
+
+def _records(inputs):
+    """Whether a derivative of the gradients can be asked: JAX (always), torch while
+    recording (``create_graph=True``)."""
+    first = inputs[0]
+    if aac.is_jax_array(first):
+        return True
+    if aac.is_torch_array(first):
+        import torch
+
+        return torch.is_grad_enabled()
+    return False
+
+
+class Normalisation:
+    """The map from the user's parameters (positions, weights, grid values, domain) to the
+    problem's (positions, normalised masses, density, box) and its derivatives, for NumPy's
+    :meth:`sdot.OtPlan.jvp` and :meth:`sdot.OtPlan.vjp`: ``m = w M / sum(w)`` (``M`` the
+    source's mass; ``w`` as given if ``M`` is None) and ``rho = v M' / (sum(v) |cell|)``
+    (``M'`` the target's mass, ``|cell|`` the volume of a grid cell)."""
+
+    def __init__(self, source, target, lin):
+        self.lin = lin
+        self.weights = None if source._weights is None else np.asarray(source._weights, dtype=lin.seeds.dtype)
+        self.mass = source._mass
+        self.values = np.asarray(target.values, dtype=lin.seeds.dtype)
+        self.target_mass = target._mass
+
+    def forward(self, positions, weights, values, lo, hi):
+        """Tangents of the problem's inputs from those of the user's (None for zero)."""
+        lin = self.lin
+        dm = None
+        if weights is not None:
+            w = self.weights
+            dm = weights if self.mass is None else self.mass / w.sum() * (weights - w * weights.sum() / w.sum())
+        rate = None if lo is None and hi is None else (_or0(hi, lin.hi) - _or0(lo, lin.lo)) / (lin.hi - lin.lo)
+        drho = None
+        if self.target_mass is not None:
+            v = self.values
+            if values is not None:
+                drho = self.target_mass / self._integral() * (values - v * values.sum() / v.sum())
+            if rate is not None:
+                drho = (0.0 if drho is None else drho) - lin.values * rate.sum()
+        elif values is not None:
+            drho = values
+        return positions, dm, drho, lo, hi
+
+    def backward(self, c_seeds, c_masses, c_values, c_lo, c_hi):
+        """Cotangents of the user's parameters from those of the problem's inputs."""
+        lin = self.lin
+        c_w = None
+        if c_masses is not None:
+            w = self.weights
+            if w is None:
+                c_w = c_masses if self.mass is None else None
+            else:
+                c_w = c_masses if self.mass is None else self.mass / w.sum() * (c_masses - (c_masses * w).sum() / w.sum())
+        c_v = c_values
+        if self.target_mass is not None and c_values is not None:
+            v = self.values
+            c_v = self.target_mass / self._integral() * (c_values - (c_values * v).sum() / v.sum())
+            c_tr = -(c_values * lin.values).sum()
+            c_lo = (np.zeros_like(lin.lo) if c_lo is None else c_lo) - c_tr / (lin.hi - lin.lo)
+            c_hi = (np.zeros_like(lin.hi) if c_hi is None else c_hi) + c_tr / (lin.hi - lin.lo)
+        return c_seeds, c_w, c_v, c_lo, c_hi
+
+    def _integral(self):
+        lin = self.lin
+        cell = np.prod((lin.hi - lin.lo) / np.asarray(self.values.shape, dtype=lin.lo.dtype))
+        return self.values.sum() * cell
+
+
+def _or0(x, like):
+    return np.zeros_like(like) if x is None else x
