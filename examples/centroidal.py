@@ -4,8 +4,11 @@ cell (a centroidal diagram, the fixed point of Lloyd's algorithm), by L-BFGS on
 
     python examples/centroidal.py [--n 300] [--iterations 30] [--out centroidal.png]
 
-Lloyd's algorithm (``y <- b(y)``) gets there linearly; here each L-BFGS step differentiates
-``b`` (one sparse solve of the implicit derivative) and the loss falls faster.
+Each L-BFGS evaluation differentiates ``b`` (one sparse solve of the implicit derivative).
+Lloyd's algorithm (``y <- b(y)``), printed for comparison, reaches the same fixed point as
+fast here (300 Diracs: 3e-7 after 33 L-BFGS evaluations, 7e-8 after 30 Lloyd steps): the
+example shows the mechanism, which pays where no fixed-point iteration exists (a loss that
+mixes barycentres with other terms).
 """
 from __future__ import annotations
 
@@ -46,12 +49,20 @@ def main(argv=None):
         optimizer.zero_grad()
         loss = residual()
         loss.backward()
-        steps.append(float(loss))
+        steps.append(float(loss.detach()))
         return loss
-    start = float(residual())
+    with torch.no_grad():
+        start = float(residual())
+        lloyd = y.detach().clone()
+        for _ in range(args.iterations):                   # Lloyd's algorithm, for comparison
+            lloyd = sdot.barycenters(sdot.SumOfDiracs(lloyd), target)
+        b = sdot.barycenters(sdot.SumOfDiracs(lloyd), target)
+        lloyd_residual = float(((lloyd - b) ** 2).sum(dim=1).mean())
     optimizer.step(closure)
-    final = float(residual())
-    print(f"mean |y - b(y)|^2: {start:.3e} at the start, {final:.3e} after {len(steps)} evaluations")
+    with torch.no_grad():
+        final = float(residual())
+    print(f"mean |y - b(y)|^2: {start:.3e} at the start; L-BFGS through the barycentres' derivative: {final:.3e} "
+          f"after {len(steps)} evaluations; Lloyd: {lloyd_residual:.3e} after {args.iterations} steps")
     if args.out:
         import matplotlib.pyplot as plt
 

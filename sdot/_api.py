@@ -236,9 +236,11 @@ def optimal_transport_plan(source, target, tol=None, max_iter=300, verbose=False
     Returns
     -------
     OtPlan
-        ``distance`` is differentiable (torch autograd, JAX transformations)
-        with respect to the positions and masses of the Diracs and the values
-        of the grid; the other attributes are not.
+        ``distance``, ``barycenters``, ``brenier_potential`` and ``cell_masses`` are
+        differentiable (torch autograd, JAX transformations; NumPy: :meth:`OtPlan.jvp`,
+        :meth:`OtPlan.vjp`) with respect to the positions and masses of the Diracs and the
+        values and domain of the grid, by implicit differentiation of the optimality
+        condition; ``distance`` has second derivatives.
     """
     tol, max_iter = _check_options(tol, max_iter)
     source, target = _check_pair(source, target)
@@ -397,8 +399,9 @@ _PLAN_ARRAYS = ("barycenters", "cell_masses", "brenier_potential", "converged", 
 def distance(source, target, **options):
     """W2^2 between ``source`` and ``target``: a scalar, or shape ``(b,)`` for a batch.
 
-    Differentiable with respect to the Dirac positions and masses and the grid
-    values (torch autograd; JAX ``grad``, ``jvp``, ``jit``, ``vmap``, ``scan``).
+    Differentiable twice with respect to the Dirac positions and masses and the grid
+    values, once with respect to the grid's domain (torch autograd, double backward
+    included; JAX ``grad``, ``jvp``, ``hessian``, ``jit``, ``vmap``, ``scan``).
     ``options`` are those of :func:`optimal_transport_plan`.
     """
     if isinstance(source, _Diracs) and source.batched:
@@ -433,5 +436,6 @@ def _items(batch):
 
 
 def barycenters(source, target, **options):
-    """Barycentre of each Dirac's Laguerre cell under ``target``, shape ``(n, d)``."""
+    """Barycentre of each Dirac's Laguerre cell under ``target``, shape ``(n, d)``;
+    differentiable like :attr:`OtPlan.barycenters`."""
     return optimal_transport_plan(source, target, **options).barycenters

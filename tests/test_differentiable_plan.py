@@ -233,3 +233,39 @@ def test_jax_under_jit_vmap_and_scan_equals_eager_and_torch():
     plan = _torch_plan(xt, *(torch.tensor(np.asarray(a)) for a in (w, values, lo, hi)))
     (plan.barycenters * torch.tensor(np.asarray(c))).sum().backward()
     np.testing.assert_allclose(xt.grad.numpy(), np.asarray(grads[0]), atol=1e-10)
+
+
+def _core_products(xp, x, m, values, lo, hi, t, c):
+    """The core's tangents and cotangents (:mod:`sdot._core.sensitivity`) of one solve in ``xp``."""
+    from sdot import _differentiable
+    from sdot._core import newton, plan, sensitivity
+    from sdot._core.density import PixelDensity
+
+    prob = newton.Problem(x, m, PixelDensity(values, lo, hi))
+    res = plan.solve_plan(xp, prob, 1e-13, 100)
+    lin = _differentiable.linearization(prob, res)
+    rule = _differentiable.PlanRule(("distance", "barycenters", "brenier_potential", "cell_masses", "potential"))
+    return rule.jvp(lin, t), rule.vjp(lin, c, (True,) * 5)
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_core_products_on_every_backend(backend, dim):
+    """The tangent map and its transpose in the backend's namespace (array_api_strict with and
+    without data-dependent shapes, torch, JAX eagerly) equal NumPy's."""
+    if backend.name == "jax-jit":
+        pytest.skip("compiled: test_jax_under_jit_vmap_and_scan_equals_eager_and_torch")
+    x, w, values, (lo, hi) = problem(dim, n=8)
+    m = w / w.sum()
+    values = values / (values.sum() * np.prod((hi - lo) / values.shape))
+    rng = np.random.default_rng(9)
+    dm = rng.normal(size=m.shape)
+    t = (rng.normal(size=x.shape), dm - dm.mean(), rng.normal(size=values.shape), rng.normal(size=lo.shape) * 0.1,
+         rng.normal(size=hi.shape) * 0.1)
+    c = (np.asarray(rng.normal()), rng.normal(size=x.shape), rng.normal(size=m.shape), rng.normal(size=m.shape),
+         rng.normal(size=values.shape))
+    want = _core_products(np, x, m, values, lo, hi, t, c)
+    with backend.shapes():
+        got = _core_products(backend.xp, *(backend.asarray(a) for a in (x, m, values, lo, hi)),
+                             tuple(backend.asarray(a) for a in t), tuple(backend.asarray(a) for a in c))
+    for g, w_ in zip(got[0] + got[1], want[0] + want[1]):
+        np.testing.assert_allclose(backend.to_numpy(g), w_, rtol=1e-9, atol=1e-11)

@@ -82,8 +82,9 @@ def test_doc_examples_run(path, tmp_path):
                                   ["quantization.py", "--n", "300", "--iterations", "3",
                                    "--out", "quantization.png"],
                                   ["laguerre_picture.py", "--out", "laguerre.png"],
-                                  ["power_diagram_3d.py", "--n", "30", "--out", "laguerre3d.png"]],
-                         ids=["quickstart", "quantization", "laguerre-picture", "power-diagram-3d"])
+                                  ["power_diagram_3d.py", "--n", "30", "--out", "laguerre3d.png"],
+                                  ["centroidal.py", "--n", "60", "--iterations", "8"]],
+                         ids=["quickstart", "quantization", "laguerre-picture", "power-diagram-3d", "centroidal"])
 def test_examples_run(args, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SDOT_")}
     env.update(MPLBACKEND="Agg", PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
@@ -94,6 +95,10 @@ def test_examples_run(args, tmp_path):
         assert (tmp_path / "laguerre.png").stat().st_size > 10_000
     if args[0] == "power_diagram_3d.py":
         assert (tmp_path / "laguerre3d.png").stat().st_size > 10_000
+    if args[0] == "centroidal.py":
+        line = proc.stdout.split("mean |y - b(y)|^2:")[1]
+        start, final = float(line.split()[0]), float(line.split("derivative:")[1].split()[0])
+        assert final < 0.01 * start                # the barycentre loss falls
     if args[0] == "quantization.py":
         assert (tmp_path / "quantization.png").stat().st_size > 10_000
         values = [float(line.split("=")[1].split()[0]) for line in proc.stdout.splitlines()
