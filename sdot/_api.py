@@ -332,10 +332,12 @@ def _solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
         res.update({k: _autodiff.released(res[k]) for k in _PLAN_ARRAYS + ("distance",)})
     lin = _differentiable.linearization(cut, res)
     inputs = (prob.seeds, prob.masses, prob.density.values, prob.lo, prob.hi)
+    kept = _differentiable.Kept()
     outputs = _autodiff.attach_linear(tuple(res[k] for k in _differentiable.PLAN_OUTPUTS), inputs, lin,
-                                      _differentiable.PlanRule(_differentiable.PLAN_OUTPUTS))
+                                      _differentiable.PlanRule(_differentiable.PLAN_OUTPUTS, kept))
     distance = _autodiff.attach(res["distance"], inputs, (lin, res["barycenters"], res["brenier_potential"]),
-                                _DISTANCE_GRADIENTS)
+                                functools.partial(_differentiable.distance_gradients,
+                                                  functools.partial(_differentiable.PlanRule, kept=kept)))
     if nan_on_failure and _driver.is_tracer(res["converged"]):
         distance = xp.where(res["converged"], distance, xp.nan)
     sol = res["solution"]
@@ -343,11 +345,9 @@ def _solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
                                           sol.evaluation.moments, res["active"])
     arrays = dict(zip(_differentiable.PLAN_OUTPUTS, outputs))
     arrays.update({k: res[k] for k in _PLAN_ARRAYS if k not in arrays})
-    return OtPlan(distance=distance, power_diagram=diagram, _linearization=lin, **arrays), (sol.width, sol.damping)
-
-
-#: The gradient rule of W2^2 (see :func:`._differentiable.distance_gradients`).
-_DISTANCE_GRADIENTS = functools.partial(_differentiable.distance_gradients, _differentiable.PlanRule)
+    out = OtPlan(distance=distance, power_diagram=diagram, _linearization=lin, **arrays)
+    out._kept_rule = _differentiable.PlanRule(("distance",) + _differentiable.PLAN_OUTPUTS, kept)
+    return out, (sol.width, sol.damping)
 
 
 def _jax_on_host(xp, cut):
@@ -362,14 +362,15 @@ def _solve_on_host(xp, prob, host, tol, max_iter, log, options):
     compiles. The plan's arrays come back as JAX arrays; the solver's state stays on the
     host, in the rules' closures (their products run through ``jax.pure_callback``)."""
     res = plan.solve_plan(_compat.namespace(host.seeds), host, tol, max_iter, log=log, options=options)
+    kept = _differentiable.Kept()
     like = _autodiff.detach(prob.seeds)
     to_jax = lambda a: _driver.convert_like(np.asarray(a), like)      # noqa: E731 (jax.device_put)
     lin = _differentiable.linearization(host, res)
     inputs = (prob.seeds, prob.masses, prob.density.values, prob.lo, prob.hi)
     outputs = _autodiff.attach_linear(tuple(to_jax(res[k]) for k in _differentiable.PLAN_OUTPUTS), inputs, (),
-                                      _differentiable.HostRule(_differentiable.PLAN_OUTPUTS, lin))
-    distance = _autodiff.attach(to_jax(res["distance"]), inputs, (),
-                                functools.partial(_gradients_on_host, (lin, res["barycenters"], res["brenier_potential"])))
+                                      _differentiable.HostRule(_differentiable.PLAN_OUTPUTS, lin, kept))
+    distance = _autodiff.attach(to_jax(res["distance"]), inputs, (), functools.partial(
+        _gradients_on_host, (lin, res["barycenters"], res["brenier_potential"], kept)))
     sol = res["solution"]
     diagram = PowerDiagram._from_solution(newton.Problem(prob.seeds, None, host.density), to_jax(sol.psi),
                                           sol.evaluation.cells, sol.evaluation.moments, res["active"])
@@ -383,11 +384,12 @@ def _gradients_on_host(state, inputs, _, needs):
     :class:`._core.sensitivity.Linearization` and the plan's barycentres and potential, NumPy):
     the values on the host, returned as JAX arrays, made differentiable through
     :class:`._differentiable.HostRule` (second derivatives)."""
-    lin, barycenters, potential = state
+    lin, barycenters, potential, kept = state
     like = _autodiff.detach(inputs[0])
     to_jax = lambda a: None if a is None else _driver.convert_like(np.asarray(a), like)    # noqa: E731
-    grads = [to_jax(g) for g in _differentiable.first_derivatives(lin, _differentiable.PlanRule, needs)]
-    rule_of = lambda outputs: ((), _differentiable.HostRule(outputs, lin))     # noqa: E731
+    rule_for = functools.partial(_differentiable.PlanRule, kept=kept)
+    grads = [to_jax(g) for g in _differentiable.first_derivatives(lin, rule_for, needs)]
+    rule_of = lambda outputs: ((), _differentiable.HostRule(outputs, lin, kept))     # noqa: E731
     return _differentiable.recorded(inputs, grads, to_jax(barycenters), to_jax(potential), rule_of, needs)
 
 

@@ -27,46 +27,57 @@ GRADIENT_OUTPUTS = ("barycenters", "brenier_potential", "potential")
 INPUTS = ("seeds", "masses", "values", "lo", "hi")
 
 
+class Kept:
+    """What the rules of one solve share eagerly: the facets of its cells (computed at the
+    first product) and a linear solver, whose factors of the Newton matrix at the optimum serve
+    every product. (Not the Newton steps' solver: its last factors, of the step before, as the
+    preconditioner of a solve to 1e-13 made a backward at 1e5 twice as slow, bench/LOG.md.)"""
+
+    def __init__(self):
+        self.solver, self.lin, self.facets = DEFAULT.linear.solver(), None, None
+
+
 class PlanRule:
     """The rule of :func:`._autodiff.attach_linear` for the ``outputs`` (names of
     :class:`._core.sensitivity.Tangents`) of a solve whose state is a
-    :class:`._core.sensitivity.Linearization`. Eagerly it keeps the facets and the linear
-    solver (its factors) between products of the same state."""
+    :class:`._core.sensitivity.Linearization`; ``kept``: a :class:`Kept` shared by the rules
+    of the solve (eagerly, its facets and factors serve every product)."""
 
-    def __init__(self, outputs):
+    def __init__(self, outputs, kept=None):
         self.outputs = tuple(outputs)
-        self._kept = None
+        self.kept = Kept() if kept is None else kept
 
     def _prepared(self, lin):
         xp = _driver.namespace(lin.seeds)
-        if self._kept is not None and self._kept[0] is lin:
-            return xp, self._kept[1], self._kept[2]
-        fac, solver = sensitivity.facets(xp, lin), DEFAULT.linear.solver()
-        if not _compat.is_traced(lin.seeds):
-            self._kept = (lin, fac, solver)
-        return xp, fac, solver
+        kept = self.kept
+        if _compat.is_traced(lin.seeds):
+            return xp, sensitivity.facets(xp, lin), DEFAULT.linear.solver(), True
+        fresh = kept.lin is not lin             # later products reuse the factors of the first
+        if fresh:
+            kept.lin, kept.facets = lin, sensitivity.facets(xp, lin)
+        return xp, kept.facets, kept.solver, fresh
 
     def jvp(self, lin, tangents):
         """The output tangents along the input tangents (a tuple of :data:`INPUTS`, None for zero)."""
-        xp, fac, solver = self._prepared(lin)
+        xp, fac, solver, fresh = self._prepared(lin)
         wanted = sensitivity.Tangents(**{k: True for k in self.outputs})
-        out = sensitivity.tangents(xp, lin, fac, sensitivity.Inputs(*tangents), solver, wanted)
+        out = sensitivity.tangents(xp, lin, fac, sensitivity.Inputs(*tangents), solver, wanted, fresh=fresh)
         return tuple(getattr(out, k) for k in self.outputs)
 
     def vjp(self, lin, cotangents, needs):
         """The input cotangents (None where not ``needs``) of the output cotangents."""
-        xp, fac, solver = self._prepared(lin)
+        xp, fac, solver, fresh = self._prepared(lin)
         ct = sensitivity.Tangents(**dict(zip(self.outputs, cotangents)))
         wanted = sensitivity.Inputs(*(True if need else None for need in needs))
-        return tuple(sensitivity.cotangents(xp, lin, fac, ct, solver, wanted))
+        return tuple(sensitivity.cotangents(xp, lin, fac, ct, solver, wanted, fresh=fresh))
 
 
 class HostRule:
     """A :class:`PlanRule` on the host's NumPy state of an eager JAX solve, called from JAX
     through ``jax.pure_callback`` (``state`` is empty: the state is the rule's)."""
 
-    def __init__(self, outputs, lin):
-        self.rule, self.lin = PlanRule(outputs), lin
+    def __init__(self, outputs, lin, kept=None):
+        self.rule, self.lin = PlanRule(outputs, kept), lin
         n, d = lin.seeds.shape
         shapes = {"barycenters": (n, d), "brenier_potential": (n,), "cell_masses": (n,), "distance": (),
                   "potential": tuple(lin.values.shape)}

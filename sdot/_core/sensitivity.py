@@ -124,25 +124,27 @@ def _zeros(xp, lin, shape):
     return xp.zeros(shape, dtype=lin.seeds.dtype, device=aac.device(lin.seeds))
 
 
-def _solve(xp, lin, rhs, solver):
+def _solve(xp, lin, rhs, solver, fresh=True):
     """``L x = rhs`` for the Newton matrix ``L`` at the optimum, in the gauge mean(x) = 0 over
-    the active cells (``rhs`` centred first): symmetric, its own transpose."""
+    the active cells (``rhs`` centred first): symmetric, its own transpose. ``fresh``: the
+    ``solver`` holds nothing of this problem (else its kept factors may precondition)."""
     prob = newton.Problem(lin.seeds, None, None)
     ev = newton.Evaluation(lin.cells, lin.moments, lin.facet)
     reg = REGULARISATION[8 if lin.seeds.dtype == xp.float64 else 4]
     rtol = xp.asarray(1e-13 if lin.seeds.dtype == xp.float64 else 1e-6, dtype=lin.seeds.dtype,
                       device=aac.device(lin.seeds))
     return newton.newton_direction(xp, prob, ev, lin.active, rhs, reg, solver, rtol=rtol,
-                                   fresh=xp.asarray(True, device=aac.device(lin.seeds)))
+                                   fresh=xp.asarray(fresh, device=aac.device(lin.seeds)))
 
 
 def _density(lin, values):
     return PixelDensity(values, lin.lo, lin.hi)
 
 
-def tangents(xp, lin, fac, dx, solver, wanted=Tangents(True, True, True, True, True)):
+def tangents(xp, lin, fac, dx, solver, wanted=Tangents(True, True, True, True, True), fresh=True):
     """The plan's output tangents (:class:`Tangents`, those ``wanted``) along the input
-    tangents ``dx`` (:class:`Inputs`); ``fac`` the :func:`facets` of ``lin``."""
+    tangents ``dx`` (:class:`Inputs`); ``fac`` the :func:`facets` of ``lin``; the sparse solve
+    by ``solver`` (``fresh``: see :func:`_solve`)."""
     n, d = lin.seeds.shape
     share, group = _shares(xp, lin)
     g, r = lin.moments[:, 0], lin.moments[:, 1:d + 1]
@@ -168,7 +170,7 @@ def tangents(xp, lin, fac, dx, solver, wanted=Tangents(True, True, True, True, T
     w1 = (dY_row - dY_col) / fac.dist[:, None] - rate[None, :] * e_over
     known_g = _compat.segment_sum(xp, w0 * fac.f0 + _compat.dot(w1, fac.f1), fac.row, n)
     rhs = xp.where(lin.active, dT - known_g - src_g, 0.0)
-    dpsi = _solve(xp, lin, rhs, solver)
+    dpsi = _solve(xp, lin, rhs, solver, fresh)
     w0 = w0 + (xp.take(dpsi, fac.row) - xp.take(dpsi, fac.col)) / (2.0 * fac.dist)
     facet_r = w0[:, None] * fac.f1 + xp.sum(fac.f2 * w1[:, None, :], axis=2)
     dR = _compat.segment_sum(xp, facet_r, fac.row, n) - g[:, None] * dY + src_r
@@ -271,7 +273,7 @@ def _diameter_tangent(xp, lin, dy, dx):
     return xp.sum(2.0 * width * (pick(d_span, top) - pick(d_span, bottom)))
 
 
-def cotangents(xp, lin, fac, ct, solver, wanted=Inputs(True, True, True, True, True)):
+def cotangents(xp, lin, fac, ct, solver, wanted=Inputs(True, True, True, True, True), fresh=True):
     """The transpose of :func:`tangents`: the input cotangents (:class:`Inputs`, those
     ``wanted``) of the output cotangents ``ct`` (:class:`Tangents`)."""
     n, d = lin.seeds.shape
@@ -328,7 +330,7 @@ def cotangents(xp, lin, fac, ct, solver, wanted=Inputs(True, True, True, True, T
     c_w1 = xp.sum(fac.f2 * c_facet_r[:, None, :], axis=2)          # f2 is symmetric
     half = c_w0 / (2.0 * fac.dist)
     c_dpsi = c_dpsi + _compat.segment_sum(xp, half, fac.row, n) - _compat.segment_sum(xp, half, fac.col, n)
-    c_rhs = _solve(xp, lin, c_dpsi, solver)
+    c_rhs = _solve(xp, lin, c_dpsi, solver, fresh)
     c_rhs = xp.where(lin.active, c_rhs, 0.0)
     c_dT = c_dT + c_rhs
     c_src_g = -c_rhs
