@@ -123,6 +123,8 @@ def test_translation_and_scaling_of_seeds_and_domain(sdot_driver):
     np.testing.assert_allclose(out["distance"], 2 * plan.distance, rtol=1e-9)
     out = plan.jvp(positions=np.random.default_rng(5).normal(size=x.shape))
     np.testing.assert_allclose(out["cell_masses"], 0.0, atol=1e-10)   # balanced: the masses are the targets
+    assert abs(np.mean(out["brenier_potential"])) < 1e-12              # the gauge (mean 0) is kept
+    assert np.max(np.abs(out["brenier_potential"])) > 1e-3
 
 
 def _torch_problem(dim=2, n=None):
