@@ -316,6 +316,11 @@ def _failure(plan, stop, tol, max_iter, prob, options):
 def _solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
     """Solve with the Newton ``options`` (a :class:`._core.options.NewtonOptions`) on inputs
     cut from the autodiff graph, then attach the analytic gradients."""
+    with _driver.quiet_int64():
+        return _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options)
+
+
+def _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options):
     cut = newton.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
                          PixelDensity(*(_autodiff.detach(a) for a in prob.density)))
     host = _jax_on_host(xp, cut)

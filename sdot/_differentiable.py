@@ -59,13 +59,21 @@ class PlanRule:
 
     def jvp(self, lin, tangents):
         """The output tangents along the input tangents (a tuple of :data:`INPUTS`, None for zero)."""
+        with _driver.quiet_int64():
+            return self._jvp(lin, tangents)
+
+    def vjp(self, lin, cotangents, needs):
+        """The input cotangents (None where not ``needs``) of the output cotangents."""
+        with _driver.quiet_int64():
+            return self._vjp(lin, cotangents, needs)
+
+    def _jvp(self, lin, tangents):
         xp, fac, solver, fresh = self._prepared(lin)
         wanted = sensitivity.Tangents(**{k: True for k in self.outputs})
         out = sensitivity.tangents(xp, lin, fac, sensitivity.Inputs(*tangents), solver, wanted, fresh=fresh)
         return tuple(getattr(out, k) for k in self.outputs)
 
-    def vjp(self, lin, cotangents, needs):
-        """The input cotangents (None where not ``needs``) of the output cotangents."""
+    def _vjp(self, lin, cotangents, needs):
         xp, fac, solver, fresh = self._prepared(lin)
         ct = sensitivity.Tangents(**dict(zip(self.outputs, cotangents)))
         wanted = sensitivity.Inputs(*(True if need else None for need in needs))
@@ -125,7 +133,8 @@ def distance_gradients(rule_for, inputs, state, needs):
     the plan's barycentres and Brenier potential; ``rule_for(outputs)`` makes the rule of
     the ``outputs`` (a :class:`PlanRule`)."""
     lin, barycenters, potential = state
-    grads = first_derivatives(lin, rule_for, needs)
+    with _driver.quiet_int64():
+        grads = first_derivatives(lin, rule_for, needs)
     return recorded(inputs, grads, barycenters, potential, lambda outputs: (lin, rule_for(outputs)), needs)
 
 

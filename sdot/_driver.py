@@ -6,6 +6,7 @@ be converted to them (rules 1-4 of SPEC.md, see ``docs/backends.md``).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -341,6 +342,21 @@ def checkable(*arrays):
     all have one (JAX would compile every check for every shape), else their namespace."""
     views = host_views(*arrays)
     return (np, views) if views is not None else (namespace(*arrays), [detach(a) for a in arrays])
+
+
+@contextlib.contextmanager
+def quiet_int64():
+    """A context in which JAX's warnings that int64 is truncated to int32 (its default, without
+    ``jax_enable_x64``) are not shown: the core asks for int64 indices, and int32 serves them
+    (fewer than 2^31 entries). Nothing changes elsewhere, or when x64 is on."""
+    jax = sys.modules.get("jax")
+    if jax is None or jax.config.jax_enable_x64:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Explicitly requested dtype int64 requested in",
+                                category=UserWarning)
+        yield
 
 
 def same_framework(a, b) -> bool:

@@ -117,6 +117,7 @@ def host_callback(xp, fn, result_shape, result_dtype, *args):
 
         if jax.default_backend() != "cpu":
             return None
+        result_dtype = _without_x64(result_dtype)
         spec = jax.ShapeDtypeStruct(result_shape, result_dtype)
 
         def on_host_thread(*a):
@@ -127,6 +128,17 @@ def host_callback(xp, fn, result_shape, result_dtype, *args):
     if any(h is None for h in host):
         return None
     return from_host(xp, np.asarray(fn(*host), dtype=result_dtype), args[0])
+
+
+def _without_x64(dtype):
+    """``dtype``, or its 32-bit kind when JAX runs without ``jax_enable_x64`` (its default):
+    callbacks may not return 64-bit arrays then (indices become int32, as JAX's own are)."""
+    import jax
+
+    dtype = np.dtype(dtype)
+    if jax.config.jax_enable_x64 or dtype.itemsize <= 4:
+        return dtype
+    return {"i": np.dtype(np.int32), "u": np.dtype(np.uint32), "f": np.dtype(np.float32)}.get(dtype.kind, dtype)
 
 
 def on_host(fn, *args):
