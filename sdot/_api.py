@@ -127,7 +127,21 @@ def _check_pair(source, target):
 
 def _check_options(tol, max_iter):
     """``tol`` (None or a finite number > 0) and ``max_iter`` (an integer >= 0), checked
-    before any work."""
+    before any work. Under ``jax.jit`` both may be traced 0-d JAX arrays (then unchecked):
+    changing them does not compile the solve again."""
+    traced_tol, traced_iter = _driver.is_tracer(tol), _driver.is_tracer(max_iter)
+    if traced_tol and (tol.ndim != 0 or not np.issubdtype(tol.dtype, np.floating)):
+        raise TypeError(f"tol must be a number > 0 or None, got a traced array of shape {tol.shape}, {tol.dtype}")
+    if traced_iter and (max_iter.ndim != 0 or not np.issubdtype(max_iter.dtype, np.integer)):
+        raise TypeError(f"max_iter must be an integer >= 0, got a traced array of shape {max_iter.shape}, "
+                        f"{max_iter.dtype}")
+    if traced_tol or traced_iter:
+        return (tol if traced_tol else _check_options(tol, 0)[0]), (max_iter if traced_iter else
+                                                                    _check_options(None, max_iter)[1])
+    if aac.is_jax_array(tol) and tol.ndim == 0:
+        tol = float(tol)
+    if aac.is_jax_array(max_iter) and max_iter.ndim == 0 and np.issubdtype(max_iter.dtype, np.integer):
+        max_iter = int(max_iter)
     if tol is not None:
         if isinstance(tol, bool) or not isinstance(tol, numbers.Real):
             raise TypeError(f"tol must be a number > 0 or None, got {type(tol).__name__}")
@@ -209,7 +223,7 @@ def _jax_solve_plan():
 
     def run(prob, tol, max_iter, log, capacity, options):
         return plan.solve_plan(_driver.namespace(prob.seeds), prob, tol, max_iter, log, capacity, options)
-    return jax.jit(run, static_argnames=("tol", "max_iter", "log", "capacity", "options"))
+    return jax.jit(run, static_argnames=("log", "capacity", "options"))
 
 
 def optimal_transport_plan(source, target, tol=None, max_iter=300, verbose=False,
@@ -323,11 +337,13 @@ def _solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
 def _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options):
     cut = newton.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
                          PixelDensity(*(_autodiff.detach(a) for a in prob.density)))
-    host = _jax_on_host(xp, cut)
+    host = None if _driver.is_tracer(tol) or _driver.is_tracer(max_iter) else _jax_on_host(xp, cut)
     if host is not None:
         return _solve_on_host(xp, prob, host, tol, max_iter, log, options)
     if aac.is_jax_namespace(xp) or _compat.static_shapes(cut.seeds):
         solve = _jax_solve_plan() if aac.is_jax_namespace(xp) else functools.partial(plan.solve_plan, xp)
+        if aac.is_jax_namespace(xp):            # traced, not static: a new tol or max_iter compiles nothing
+            tol, max_iter = xp.asarray(tol, dtype=cut.seeds.dtype), xp.asarray(max_iter)
         res = plan.grown_until_fits(lambda capacity: solve(cut, tol=tol, max_iter=max_iter, log=log,
                                                            capacity=capacity, options=options),
                                     lambda res: res["overflow"], cut.seeds.shape[1])
