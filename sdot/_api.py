@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -109,6 +110,37 @@ class OtPlan:
         if getattr(self, "_kept_rule", None) is None:
             self._kept_rule = _differentiable.PlanRule(("distance",) + _differentiable.PLAN_OUTPUTS)
         return self._kept_rule
+
+    def _tree_flatten(self):
+        """JAX pytree children: the public fields (the diagram is a pytree too). The state of
+        NumPy's :meth:`jvp` and :meth:`vjp` is dropped: a rebuilt plan has none."""
+        return tuple(getattr(self, name) for name in _PLAN_FIELDS), None
+
+    @classmethod
+    def _tree_unflatten(cls, aux, children):
+        return cls(*children)
+
+
+#: The public fields of :class:`OtPlan`, in order: the children of its pytree.
+_PLAN_FIELDS = ("distance", "barycenters", "cell_masses", "brenier_potential", "power_diagram", "converged",
+                "iterations", "residual", "status")
+
+
+def _register_pytrees():
+    """Register :class:`OtPlan` and :class:`PowerDiagram` as JAX pytrees (once; run when sdot
+    first meets JAX, so that importing sdot does not import JAX)."""
+    import jax
+
+    for cls in (OtPlan, PowerDiagram):
+        if cls not in _registered:
+            jax.tree_util.register_pytree_node(cls, cls._tree_flatten, cls._tree_unflatten)
+            _registered.add(cls)
+
+
+_registered = set()
+_driver._jax_hooks.append(_register_pytrees)
+if "jax" in sys.modules:
+    _register_pytrees()
 
 
 def _check_pair(source, target):

@@ -1,6 +1,8 @@
 """``PowerDiagram``: a Laguerre diagram to inspect, plot, and fit to target masses."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 import array_api_compat as aac
@@ -100,6 +102,28 @@ class PowerDiagram:
                             mass=None).with_dim(src.dim)
         self._state = None
 
+    def _tree_flatten(self):
+        """JAX pytree children: the arrays, the target grid (a pytree) and the computed cells."""
+        return (self.positions, self.weights, self._target, self._state), None
+
+    @classmethod
+    def _tree_unflatten(cls, aux, children):
+        obj = object.__new__(cls)
+        obj.positions, obj.weights, obj._target, obj._state = children
+        return obj
+
+    def _check_concrete(self, what):
+        """Refuse ``what`` (which reads the cells on the host) on traced arrays, with a clear error."""
+        if "jax" not in sys.modules:
+            return
+        import jax
+
+        leaves = jax.tree_util.tree_leaves((self.positions, self.weights, self._target, self._state))
+        if any(_driver.is_tracer(a) for a in leaves):
+            raise TypeError(f"PowerDiagram.{what} needs concrete arrays, but this diagram's positions or weights are "
+                            "traced (inside jax.jit, vmap, grad...): call it outside the transformation, e.g. on "
+                            "the diagram or plan a jitted function returns")
+
     @classmethod
     def _from_solution(cls, prob, psi, cells, moments, active):
         obj = object.__new__(cls)
@@ -124,7 +148,15 @@ class PowerDiagram:
 
     @property
     def cells(self):
-        """List of :class:`Cell` (a Python object per cell: for inspection, not for speed)."""
+        """List of :class:`Cell` (a Python object per cell: for inspection, not for speed).
+
+        Raises
+        ------
+        TypeError
+            Under ``jax.jit`` (or another JAX transformation) with traced positions or weights:
+            the cells are Python objects of concrete arrays, read outside the transformation.
+        """
+        self._check_concrete("cells")
         prob, cells, moments = self._compute()
         seeds = _to_numpy(prob.seeds)
         verts, labels, count = (_to_numpy(a) for a in (cells.vertices, cells.labels, cells.count))
@@ -174,6 +206,7 @@ class PowerDiagram:
         ``section=(axis, at)`` the section of the diagram by the plane ``x_axis = at``."""
         import matplotlib.pyplot as plt
 
+        self._check_concrete("plot")
         prob, cells, _ = self._compute()
         seeds = _to_numpy(prob.seeds)
         if seeds.shape[1] == 3:
