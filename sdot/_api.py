@@ -57,6 +57,15 @@ class OtPlan:
     and distance are those of its weights' diagram against the density itself.
     In 1D the plan is the sorted closed form: no Newton step (``iterations`` 0), exact up
     to rounding (``residual`` is that rounding).
+
+    ``converged``, ``iterations``, ``residual`` and ``status`` are 0-d arrays of the
+    plan's framework, on its device, of one dtype on every framework (eager or under
+    ``jax.jit``): ``converged`` bool, ``iterations`` and ``status`` int64 (int32 on JAX
+    without ``jax_enable_x64``, which sdot turns on in FP64), ``residual`` the computation
+    dtype (float64 in FP64, float32 in FP32). NumPy: ``numpy.ndarray`` of shape ``()``
+    (not NumPy scalars); torch: ``torch.Tensor``; JAX: ``jax.Array`` (tracers under
+    ``jit``); array_api_strict: its ``Array``. ``bool()``, ``int()`` and ``float()`` read
+    them eagerly.
     """
 
     distance: object
@@ -397,7 +406,7 @@ def _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options):
     diagram = PowerDiagram._from_solution(cut, _autodiff.released(sol.psi), sol.evaluation.cells,
                                           sol.evaluation.moments, res["active"])
     arrays = dict(zip(_differentiable.PLAN_OUTPUTS, outputs))
-    arrays.update({k: res[k] for k in _PLAN_ARRAYS if k not in arrays})
+    arrays.update({k: _zero_d(res[k]) for k in _PLAN_ARRAYS if k not in arrays})
     out = OtPlan(distance=distance, power_diagram=diagram, _linearization=lin, **arrays)
     out._kept_rule = _differentiable.PlanRule(("distance",) + _differentiable.PLAN_OUTPUTS, kept)
     return out, (sol.width, sol.damping)
@@ -444,6 +453,12 @@ def _gradients_on_host(state, inputs, _, needs):
     grads = [to_jax(g) for g in _differentiable.first_derivatives(lin, rule_for, needs)]
     rule_of = lambda outputs: ((), _differentiable.HostRule(outputs, lin, kept))     # noqa: E731
     return _differentiable.recorded(inputs, grads, to_jax(barycenters), to_jax(potential), rule_of, needs)
+
+
+def _zero_d(value):
+    """A 0-d NumPy array for a NumPy scalar (NumPy's operations on 0-d arrays return scalars),
+    so that :class:`OtPlan`'s ``iterations``... are 0-d arrays on every framework."""
+    return np.asarray(value) if isinstance(value, np.generic) else value
 
 
 #: The arrays of an :class:`OtPlan` besides the distance and the diagram.

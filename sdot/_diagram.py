@@ -94,11 +94,13 @@ class PowerDiagram:
         if src.dim not in (1, 2, 3):
             raise NotImplementedError(f"PowerDiagram is 1D, 2D or 3D; positions have dimension {src.dim}")
         xp = _driver.namespace(src.positions)
-        w = xp.zeros((src.n,), dtype=src.positions.dtype) if weights is None else _driver.to_array(weights, "weights")
+        dev = aac.device(src.positions)
+        w = (xp.zeros((src.n,), dtype=src.positions.dtype, device=dev) if weights is None
+             else _driver.to_array(weights, "weights"))
         if tuple(w.shape) != (src.n,):
             raise ValueError(f"weights must have shape ({src.n},), got {tuple(w.shape)}")
         self.positions, self.weights = src.positions, w
-        self._target = Grid(xp.ones((1,) * src.dim, dtype=src.positions.dtype), domain=domain,
+        self._target = Grid(xp.ones((1,) * src.dim, dtype=src.positions.dtype, device=dev), domain=domain,
                             mass=None).with_dim(src.dim)
         self._state = None
 
@@ -137,7 +139,7 @@ class PowerDiagram:
             xp = _driver.namespace(self.positions, self.weights, lo)
             dtype = _driver.compute_dtype(xp)
             seeds, psi, lo, hi = (xp.astype(a, dtype) for a in (self.positions, self.weights, lo, hi))
-            dens = PixelDensity(xp.ones((1,) * seeds.shape[1], dtype=dtype), lo, hi)
+            dens = PixelDensity(xp.ones((1,) * seeds.shape[1], dtype=dtype, device=aac.device(seeds)), lo, hi)
             core_xp, core = xp, (seeds, psi, dens)
             views = _driver.host_views(seeds, psi, *dens) if aac.is_jax_namespace(xp) else None
             if views is not None:           # concrete JAX on the CPU: the NumPy core, nothing compiles

@@ -101,7 +101,8 @@ class Driver:
         Precision of the computation (``$SDOT_DTYPE``, default "FP64").
     device : {None, "cpu", "cuda", "cuda:N", "mps"}
         Device of converted inputs (``$SDOT_DEVICE``). ``None`` means where the
-        inputs are, else the cpu.
+        inputs are, else the cpu. A device the framework does not have (CUDA without
+        a GPU...) raises ``ValueError`` at the first conversion.
     """
 
     def __init__(self, environ=None):
@@ -282,11 +283,39 @@ def _from_numpy(host, framework, device):
 
         if not host.flags.writeable or any(s < 0 for s in host.strides):
             host = host.copy()  # torch.from_numpy needs writeable, positive strides
-        return torch.from_numpy(host).to(torch.device(device or "cpu"))
+        return torch.from_numpy(host).to(_torch_device(device))
     import jax
 
     compute_dtype(jax.numpy)
     return jax.device_put(host, _jax_device(device))
+
+
+def _unavailable(device, framework, detail):
+    return ValueError(f"sdot.driver.device = {device!r} is not available to {framework} ({detail}): set "
+                      "sdot.driver.device to None (where the inputs are) or 'cpu'")
+
+
+def _torch_device(device):
+    """A ``torch.device`` for a driver device string (None: the cpu), checked to exist.
+
+    Raises
+    ------
+    ValueError
+        Naming the setting, if torch has no such device (a CUDA device on a machine or a
+        torch build without CUDA, an index beyond ``torch.cuda.device_count()``, mps
+        without ``torch.backends.mps.is_available()``).
+    """
+    import torch
+
+    dev = torch.device(device or "cpu")
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (dev.index or 0) >= count:
+            raise _unavailable(device, "torch", f"torch.cuda.is_available() is {count > 0}, "
+                                                f"torch.cuda.device_count() is {count}")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise _unavailable(device, "torch", "torch.backends.mps.is_available() is False")
+    return dev
 
 
 def _jax_device(device):
@@ -302,7 +331,7 @@ def _jax_device(device):
     try:
         return jax.devices(platform)[int(index or 0)]
     except (RuntimeError, IndexError) as err:
-        raise ValueError(f"sdot: device {device!r} is not available to JAX") from err
+        raise _unavailable(device, "JAX", f"jax.devices({platform!r}): {err}") from err
 
 
 def convert_like(x, like):
@@ -312,8 +341,11 @@ def convert_like(x, like):
     arrays that came with a framework of their own (rule 1). Goes through the
     host; keeps the floating dtype of ``x``.
     """
-    if type(x) is type(like) and device_of(x) == device_of(like):
-        return x
+    if type(x) is type(like):
+        if device_of(x) == device_of(like):
+            return x
+        if not is_tracer(like):             # one framework: device to device, not via the host
+            return aac.to_device(x, device_of(like))
     host = _to_host(x)
     if aac.is_numpy_array(like):
         return host
@@ -365,12 +397,16 @@ def same_framework(a, b) -> bool:
 
 
 def _to_host(x):
-    """A NumPy array with the values of the concrete array ``x``."""
+    """A NumPy array with the values of the concrete array ``x``: an explicit copy to the host
+    (for :class:`Cell` objects, plots, error messages, foreign inputs), never on a solve's path."""
     if aac.is_torch_array(x):
         return x.detach().cpu().numpy()
     if aac.is_numpy_array(x) or aac.is_jax_array(x):
         return np.asarray(x)
-    return np.from_dlpack(x)
+    try:                                    # a copy from any device (DLPack 2023.12)
+        return np.from_dlpack(x, device="cpu")
+    except (TypeError, BufferError, NotImplementedError):
+        return np.from_dlpack(x)
 
 
 def _install_jax_import_hook():

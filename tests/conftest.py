@@ -2,7 +2,9 @@
 
 ``backend`` runs a test on every backend: "numpy", "array_api_strict",
 "strict-static" (array_api_strict with data-dependent shapes off: the core's traced code
-paths, without compiling), "torch", "jax" and "jax-jit" (JAX under ``jax.jit``). The environment variable
+paths, without compiling), "strict-device1" (array_api_strict on its non-default device
+``Device("device1")``, which refuses operations mixing devices: a stand-in for a GPU, small
+sizes), "torch", "jax" and "jax-jit" (JAX under ``jax.jit``). The environment variable
 ``SDOT_TEST_BACKENDS`` (comma-separated) selects a subset, e.g.
 ``SDOT_TEST_BACKENDS=numpy,torch pytest``.
 """
@@ -10,11 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 
 import numpy as np
 import pytest
 
-ALL_BACKENDS = ("numpy", "array_api_strict", "strict-static", "torch", "jax", "jax-jit")
+ALL_BACKENDS = ("numpy", "array_api_strict", "strict-static", "strict-device1", "torch", "jax", "jax-jit")
 BACKENDS = tuple(b.strip() for b in os.environ.get("SDOT_TEST_BACKENDS", ",".join(ALL_BACKENDS))
                  .split(",") if b.strip())
 _unknown = set(BACKENDS) - set(ALL_BACKENDS)
@@ -81,7 +84,7 @@ class Backend:
     Attributes
     ----------
     name : str
-        "numpy", "array_api_strict", "strict-static", "torch", "jax" or "jax-jit".
+        "numpy", "array_api_strict", "strict-static", "strict-device1", "torch", "jax" or "jax-jit".
     framework : str
         The ``sdot.driver.framework`` used while the test runs.
     xp : module
@@ -91,17 +94,24 @@ class Backend:
         fixed budgets and reports what an eager run would retry.
     host : bool
         The core may reach NumPy and scipy (not on array_api_strict).
+    device : object
+        The device of the backend's inputs (and of the results): ``None`` for the default
+        device, ``array_api_strict.Device("device1")`` for "strict-device1".
     """
 
     def __init__(self, name):
         import array_api_compat as aac
 
         self.name = name
-        self.framework = {"array_api_strict": "numpy", "strict-static": "numpy", "jax-jit": "jax"}.get(name, name)
+        strict = name.startswith(("array_api_strict", "strict"))
+        self.framework = "numpy" if strict else {"jax-jit": "jax"}.get(name, name)
         self.static = name in ("strict-static", "jax-jit")
-        self.host = not name.endswith("strict") and name != "strict-static"
-        if name in ("array_api_strict", "strict-static"):
+        self.host = not strict
+        self.device = None
+        if name in ("array_api_strict", "strict-static", "strict-device1"):
             self.xp = pytest.importorskip("array_api_strict")
+            if name == "strict-device1":
+                self.device = self.xp.Device("device1")
         elif name == "torch":
             self.xp = aac.array_namespace(pytest.importorskip("torch").zeros(1))
         elif name.startswith("jax"):
@@ -118,13 +128,15 @@ class Backend:
             return host
         if self.name == "torch":
             return torch.from_numpy(host.copy())
-        return self.xp.asarray(host, dtype=getattr(self.xp, host.dtype.name))
+        return self.xp.asarray(host, dtype=getattr(self.xp, host.dtype.name), device=self.device)
 
     def to_numpy(self, a):
         """A NumPy copy of the array ``a``."""
         if torch is not None and isinstance(a, torch.Tensor):
             return a.detach().cpu().numpy()
         if not self.host:
+            if self.device is not None:     # the test's own copy: device1 -> the default device
+                a = a.to_device(self.xp.Device("CPU_DEVICE"))
             return np.from_dlpack(a)
         return np.asarray(a)
 
@@ -137,7 +149,10 @@ class Backend:
     def shapes(self):
         """The context of a test on this backend: array_api_strict without data-dependent
         shapes for "strict-static" (its ``nonzero``, ``unique`` and boolean masks raise, and
-        the core's eager sizing raises too)."""
+        the core's eager sizing raises too); for "strict-device1", arrays of device1 that
+        cannot leave it (:func:`_bound_to`)."""
+        if self.name == "strict-device1":
+            return _bound_to(self.xp, self.device)
         if self.name != "strict-static":
             return contextlib.nullcontext()
         import array_api_strict
@@ -146,6 +161,29 @@ class Backend:
 
     def __repr__(self):
         return f"Backend({self.name!r})"
+
+
+@contextlib.contextmanager
+def _bound_to(xp, device):
+    """array_api_strict arrays on ``device`` that cannot leave it silently, like a GPU's: NumPy
+    already refuses them (``np.asarray`` raises), and within the context their DLPack export
+    raises too, so that no host path (scipy, NumPy) can read them, but for sdot's explicit
+    copies to the host (``sdot._driver._to_host``: :class:`sdot.Cell` objects, plots, error
+    messages). Mixing devices raises in array_api_strict itself."""
+    cls = type(xp.asarray(0.0))
+    exported = cls.__dlpack__
+
+    def refused(self, *args, **kwargs):
+        caller = sys._getframe(1).f_code
+        explicit = caller.co_name == "_to_host" and caller.co_filename.endswith(os.path.join("sdot", "_driver.py"))
+        if self.device == device and not explicit:
+            raise RuntimeError(f"an array of {device} read through DLPack (it would leave its device)")
+        return exported(self, *args, **kwargs)
+    cls.__dlpack__ = refused
+    try:
+        yield
+    finally:
+        cls.__dlpack__ = exported
 
 
 def solve_with(options, source, target, tol, log=None, max_iter=300):
@@ -209,9 +247,25 @@ SLOW_TESTS = (
 )
 
 
+#: Tests not run on "strict-device1": its purpose is the device of every array, at small
+#: sizes; these solve larger or many problems on the code paths of "array_api_strict" (the
+#: same pure array-API fallbacks, on the default device), which runs them.
+DEVICE1_SKIPPED = (
+    "test_hard_densities.py::test_scaling_multiplies_w2_by_the_square",
+    "test_hard_densities.py::test_translation_changes_nothing",
+    "test_trials.py::test_abandoned_trials_leave_the_solve_unchanged",
+    "test_solver.py::test_batch_is_a_loop_over_items",
+)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark the JAX tests and :data:`SLOW_TESTS` ``slow``."""
+    """Mark the JAX tests and :data:`SLOW_TESTS` ``slow``; skip :data:`DEVICE1_SKIPPED` on
+    "strict-device1"."""
+    device1 = pytest.mark.skip(reason="strict-device1 checks devices at small sizes: large solves run on "
+                                      "array_api_strict (the same fallbacks), see conftest.DEVICE1_SKIPPED")
     for item in items:
         name = item.nodeid.split("/")[-1]
         if "jax" in item.name or "jit" in item.name or name.startswith(SLOW_TESTS):
             item.add_marker(pytest.mark.slow)
+        if "[strict-device1" in name and name.startswith(DEVICE1_SKIPPED):
+            item.add_marker(device1)

@@ -42,11 +42,12 @@ def unmatched_cells(backend, seeds, mask, edge_out=True, size=None, options=EVER
         if edge_out:
             _, _, cells = without_one_edge(xp, y, lo, hi, I, others, options)
         else:
-            cells = planar.power_cells(xp, y, xp.zeros((N,), dtype=y.dtype), xp.ones((N,), dtype=xp.bool), lo, hi,
-                                         options=options)
+            dev = backend.device
+            cells = planar.power_cells(xp, y, xp.zeros((N,), dtype=y.dtype, device=dev),
+                                       xp.ones((N,), dtype=xp.bool, device=dev), lo, hi, options=options)
         return agreement.unmatched(xp, cells, mask, size, options.agreement_from)
 
-    mask = backend.xp.asarray(np.asarray(mask))
+    mask = backend.xp.asarray(np.asarray(mask), device=backend.device)
     out = backend.run(run, *(backend.asarray(a) for a in (seeds, LO, HI)), mask)
     return set(np.flatnonzero(backend.to_numpy(out)).tolist())
 

@@ -290,3 +290,50 @@ def test_convert_like():
     assert isinstance(_driver.convert_like(t, jnp.ones(1)), jax.Array)
     assert isinstance(_driver.convert_like(t, xps.ones(1)), xps.Array if hasattr(xps, "Array")
                       else type(xps.ones(1)))
+    # one framework, another device: moved device to device (a DLPack export to NumPy would
+    # be refused on a GPU), not through the host
+    device1 = xps.Device("device1")
+    moved = _driver.convert_like(xps.asarray([1.0, 2.0]), xps.ones(1, device=device1))
+    assert moved.device == device1
+
+
+# ------------------------------------------------------- devices the framework lacks
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_cuda_without_cuda_is_an_sdot_error(sdot_driver, device):
+    """``driver.device = "cuda..."`` without CUDA: a ``ValueError`` naming the setting at the
+    first conversion, with torch (not torch's ``AssertionError``) and with JAX."""
+    import sdot
+
+    sdot_driver.device = device
+    for framework in ("torch", "jax"):
+        sdot_driver.framework = framework
+        with pytest.raises(ValueError, match=rf"sdot.driver.device = '{device}' is not available to "
+                                             f"{'torch' if framework == 'torch' else 'JAX'}"):
+            sdot.SumOfDiracs(np.random.default_rng(0).random((5, 2)))
+    sdot_driver.framework = "torch"
+    if not torch.backends.mps.is_available():
+        sdot_driver.dtype, sdot_driver.device = "FP32", "mps"
+        with pytest.raises(ValueError, match="sdot.driver.device = 'mps' is not available to torch"):
+            to_array([1.0], "x")
+
+
+def test_jax_x64_warning_once_per_process(sdot_driver, monkeypatch):
+    """FP64 with ``jax_enable_x64`` off: sdot turns it on and warns once per process, not at
+    every call (even if the flag is turned off again between calls)."""
+    import sdot
+
+    monkeypatch.setitem(_driver._jax_state, "warned", False)     # as in a fresh process
+    sdot_driver.framework, sdot_driver.dtype = "jax", "FP64"
+    pts, img = np.random.default_rng(1).random((20, 2)), np.ones((3, 3))
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                jax.config.update("jax_enable_x64", False)
+                d = sdot.distance(sdot.SumOfDiracs(pts), sdot.Grid(img))
+                assert d.dtype == jnp.float64 and jax.config.jax_enable_x64
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    x64 = [w for w in caught if "jax_enable_x64" in str(w.message)]
+    assert len(x64) == 1 and x64[0].category is UserWarning

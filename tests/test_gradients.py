@@ -265,8 +265,16 @@ def test_failed_solve_under_jit_is_nan_not_silent():
     x, w, img = map(jnp.asarray, problem(12))
     value = jax.jit(lambda x: jax_w2(x, w, img, max_iter=1))(x)
     assert np.isnan(float(value))
-    partial = jax.jit(lambda x: jax_w2(x, w, img, max_iter=1, raise_on_failure=False))(x)
+    def partial_plan(x):
+        plan = sdot.optimal_transport_plan(sdot.SumOfWeightedDiracs(x, w), sdot.Grid(img), max_iter=1,
+                                           raise_on_failure=False)
+        return plan.distance, plan.converged, plan.iterations, plan.residual, plan.status
+    partial, converged, iterations, residual, status = jax.jit(partial_plan)(x)
     assert np.isfinite(float(partial))
+    # the partial plan's status under jit: 0-d arrays of OtPlan's dtypes (as eagerly, tests/test_solver.py)
+    assert [(a.shape, a.dtype) for a in (converged, iterations, residual, status)] == [
+        ((), jnp.bool_), ((), jnp.int64), ((), jnp.float64), ((), jnp.int64)]
+    assert not bool(converged) and int(iterations) == 1 and int(status) == 1 and float(residual) > 0
 
 
 def test_quantization_loss_module():

@@ -340,10 +340,12 @@ def test_newton_matrix_is_the_voronoi_laplacian(backend):
             expected[p, q] = expected[q, p] = np.linalg.norm(a - b) / (2 * np.linalg.norm(y[p] - y[q]))
 
     def matrix(seeds):
-        active = xp.ones((n,), dtype=xp.bool)
-        lo, hi = xp.asarray([0.0, 0.0], dtype=xp.float64), xp.asarray([1.0, 1.0], dtype=xp.float64)
-        cells = planar.power_cells(xp, seeds, xp.zeros((n,), dtype=xp.float64), active, lo, hi)
-        moments, facet = integrate.cell_integrals(xp, seeds, cells, xp.ones((1, 1), dtype=xp.float64), lo, hi)
+        dev = backend.device
+        active = xp.ones((n,), dtype=xp.bool, device=dev)
+        lo, hi = (xp.asarray(v, dtype=xp.float64, device=dev) for v in ([0.0, 0.0], [1.0, 1.0]))
+        cells = planar.power_cells(xp, seeds, xp.zeros((n,), dtype=xp.float64, device=dev), active, lo, hi)
+        moments, facet = integrate.cell_integrals(xp, seeds, cells, xp.ones((1, 1), dtype=xp.float64, device=dev),
+                                                  lo, hi)
         return newton._laplacian(xp, seeds, cells, facet, active, moments[:, 0], options.DEFAULT.regularisation)[:4]
 
     rows, cols, w, diag = (backend.to_numpy(a) for a in backend.run(matrix, backend.asarray(y)))

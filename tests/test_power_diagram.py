@@ -312,7 +312,7 @@ def test_capacity_grows_on_overflow(eager_backend):
     near = np.argsort(((seeds[:, None] - seeds[None]) ** 2).sum(-1), axis=1)[:, 1:13]
     near[0] = np.arange(1, 13)      # only half the ring: the repair finds the rest
     xp, b = eager_backend.xp, eager_backend
-    cells = planar.power_cells(xp, b.asarray(seeds), b.asarray(np.zeros(k + 1)), xp.ones((k + 1,), dtype=xp.bool),
+    cells = planar.power_cells(xp, b.asarray(seeds), b.asarray(np.zeros(k + 1)), b.asarray(np.ones(k + 1), bool),
                                  b.asarray([0.0, 0.0]), b.asarray([1.0, 1.0]), b.asarray(near, np.int64))
     if b.static:        # no growth with static shapes: the overflow is reported
         assert cells.labels.shape[1] == 16 and b.to_numpy(cells.overflow)[0]
@@ -341,7 +341,7 @@ def test_cells_within_the_security_radius_are_exact(backend, spread):
         act = b.asarray(active, bool)
         near = _compat.knn(xp, y, 9)
         cells = polygons.clip_by(xp, y, w, act, polygons.box_cells(xp, y, lo, hi, act, 16),
-                                 xp.arange(n, dtype=xp.int64), near)
+                                 xp.arange(n, dtype=xp.int64, device=b.device), near)
         return cells.vertices, cells.count, diagram.beyond_security(xp, y, w, act, cells, near)
     verts, count, flagged = (b.to_numpy(a) for a in backend.run(
         run, *(b.asarray(a) for a in (seeds, psi, [0.0, 0.0], [1.0, 1.0]))))

@@ -3,6 +3,7 @@
 Ground truth: scipy's half-space intersections (``reference_cell`` of
 test_power_diagram), computed without sdot.
 """
+import array_api_compat as aac
 import numpy as np
 import pytest
 from scipy.optimize import linprog
@@ -30,14 +31,14 @@ def without_one_edge(xp, y, lo, hi, i, others, options=DIAGRAM):
     """``(psi, active, cells)``: the diagram of ``y`` at zero weights (with the diagram
     ``options``), with cell ``i`` the box clipped by the seeds ``others`` only (a superset
     of the true cell)."""
-    n = y.shape[0]
-    psi = xp.zeros((n,), dtype=y.dtype)
-    active = xp.ones((n,), dtype=xp.bool)
+    n, dev = y.shape[0], aac.device(y)
+    psi = xp.zeros((n,), dtype=y.dtype, device=dev)
+    active = xp.ones((n,), dtype=xp.bool, device=dev)
     cells = planar.power_cells(xp, y, psi, active, lo, hi, options=options)
-    row = xp.asarray([i])
+    row = xp.asarray([i], device=dev)
     start = polygons.box_cells(xp, y[i:i + 1, :], lo, hi, active[i:i + 1], cells.labels.shape[1])
     return psi, active, polygons.put_rows(xp, cells, row, polygons.clip_by(xp, y, psi, active, start, row,
-                                                                           xp.asarray([others])))
+                                                                           xp.asarray([others], device=dev)))
 
 
 def test_repair_finds_a_sliver_the_fp32_certificate_cannot_see(backend):
@@ -56,7 +57,7 @@ def test_repair_finds_a_sliver_the_fp32_certificate_cannot_see(backend):
         psi, active, wrong = without_one_edge(xp, y, lo, hi, i, others)
         excess, tol = polygons.area_excess(xp, wrong, lo, hi)
         missing = ~xp.any(wrong.labels[i, :] == j)
-        dirty = xp.arange(N) == i
+        dirty = xp.arange(N, device=aac.device(y)) == i
         return missing, excess, tol, repair.repair(xp, y, psi, active, lo, hi, wrong, dirty)   # in place
 
     missing, excess, tol, fixed = backend.run(run, *(backend.asarray(a, np.float32) for a in (seeds, LO, HI)))
@@ -87,7 +88,8 @@ def test_repair_with_nothing_marked_dirty_tests_every_cell(backend):
     def run(y, lo, hi):
         psi, active, wrong = without_one_edge(xp, y, lo, hi, i, others)
         excess, tol = polygons.area_excess(xp, wrong, lo, hi)
-        return excess, tol, repair.repair(xp, y, psi, active, lo, hi, wrong, xp.zeros((N,), dtype=xp.bool))
+        clean = xp.zeros((N,), dtype=xp.bool, device=aac.device(y))
+        return excess, tol, repair.repair(xp, y, psi, active, lo, hi, wrong, clean)
 
     excess, tol, fixed = backend.run(run, *(backend.asarray(a) for a in (seeds, LO, HI)))
     assert float(excess) > float(tol), "the certificate sees the missing edge in FP64"

@@ -235,6 +235,38 @@ def test_results_in_the_callers_framework(eager_backend):
     assert abs(float(np.mean(num(eager_backend, plan.brenier_potential)))) < 1e-12
 
 
+@pytest.mark.parametrize("dim", [1, 2])
+def test_results_on_the_inputs_device_and_status_types(backend, dim):
+    """Every array of the plan is of the inputs' framework and on their device (on
+    array_api_strict's ``Device("device1")``: nothing made on the default device, nothing
+    through the host), and ``converged``, ``iterations``, ``residual`` and ``status`` are
+    0-d arrays of one dtype on every backend, eager or under ``jax.jit`` (OtPlan's docstring)."""
+    import array_api_compat as aac
+
+    if backend.name == "jax-jit" and dim > 1:
+        pytest.skip("a 2D solve compiles for 40 s: its types under jit are checked by "
+                    "test_gradients.py::test_failed_solve_under_jit_is_nan_not_silent")
+    pts = np.random.default_rng(5).random((30, dim))
+    values = np.ones((4,) * dim)
+
+    def run(x, v):
+        plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(v))
+        return (plan.distance, plan.barycenters, plan.cell_masses, plan.brenier_potential,
+                plan.converged, plan.iterations, plan.residual, plan.status)
+    x = backend.asarray(pts)
+    out = backend.run(run, x, backend.asarray(values))
+    if backend.name == "strict-device1":
+        assert aac.device(x) == backend.xp.Device("device1")
+    for a in out:
+        assert type(a) is type(x) and aac.device(a) == aac.device(x)
+    xp = backend.xp
+    converged, iterations, residual, status = out[4:]
+    assert all(tuple(a.shape) == () for a in out[4:])
+    assert (converged.dtype, iterations.dtype, residual.dtype, status.dtype) == (xp.bool, xp.int64, xp.float64,
+                                                                                  xp.int64)
+    assert bool(converged) and int(status) == 0 and float(residual) <= 1e-10
+
+
 def test_input_errors():
     pts = np.random.default_rng(0).random((10, 2))
     with pytest.raises(NotImplementedError, match="dimension 4"):

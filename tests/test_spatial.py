@@ -66,9 +66,10 @@ def core_cells(backend, seeds, psi, lo, hi):
     def run(y, w, lo, hi):
         xp = aac.array_namespace(y)
         geom = geometry.of(3)
-        active = xp.ones((y.shape[0],), dtype=xp.bool)
+        active = xp.ones((y.shape[0],), dtype=xp.bool, device=aac.device(y))
         cells = geom.power_cells(xp, y, w, active, lo, hi)
-        moments, facet = geom.integrate.cell_integrals(xp, y, cells, xp.ones((1, 1, 1), dtype=y.dtype), lo, hi)
+        moments, facet = geom.integrate.cell_integrals(xp, y, cells, xp.ones((1, 1, 1), dtype=y.dtype,
+                                                                              device=aac.device(y)), lo, hi)
         return moments, facet, cells.labels, cells.count, cells.certified
 
     out = backend.run(run, *(backend.asarray(a) for a in (seeds, psi, lo, hi)))

@@ -28,12 +28,13 @@ def trial_evaluations(backend, psi):
     xp = backend.xp
 
     def run(seeds, psi, lo, hi):
-        active = xp.ones((7,), dtype=xp.bool)
-        prob = newton.Problem(seeds, None, PixelDensity(xp.ones((1, 1), dtype=seeds.dtype), lo, hi))
+        dev = backend.device
+        active = xp.ones((7,), dtype=xp.bool, device=dev)
+        prob = newton.Problem(seeds, None, PixelDensity(xp.ones((1, 1), dtype=seeds.dtype, device=dev), lo, hi))
         start = planar.power_cells(xp, seeds, xp.zeros_like(psi), active, lo, hi)
         cap = start.labels.shape[1]
         return tuple(newton.evaluate(xp, prob, psi, active, capacity=cap, previous=start, trial=trial)
-                     for trial in (xp.asarray(True), None))
+                     for trial in (xp.asarray(True, device=dev), None))
     return backend.run(run, *(backend.asarray(a) for a in (HEXAGON, psi, LO, HI)))
 
 

@@ -20,7 +20,7 @@ LO, HI = np.zeros(2), np.ones(2)
 def cells_at(backend, seeds, psi, previous=None, options=DIAGRAM):
     xp, n = backend.xp, len(seeds)
     args = [backend.asarray(a) for a in (seeds, psi, LO, HI)]
-    active = xp.ones((n,), dtype=xp.bool)
+    active = xp.ones((n,), dtype=xp.bool, device=backend.device)
 
     def run(y, w, lo, hi, previous):
         return planar.power_cells(xp, y, w, active, lo, hi, previous=previous, options=options)
@@ -54,7 +54,8 @@ def test_flip_partners_of_a_vanishing_edge(backend):
     args = [backend.asarray(a) for a in (seeds, psi, LO, HI)]
 
     def run(y, w, lo, hi, before):
-        moved, ok, flipped = kinetic._updated(xp, y, w, xp.ones((4,), dtype=xp.bool), lo, hi, before)
+        active = xp.ones((4,), dtype=xp.bool, device=backend.device)
+        moved, ok, flipped = kinetic._updated(xp, y, w, active, lo, hi, before)
         return moved, ok, flipped, kinetic.flip_partners(xp, before.labels, before.count, flipped, 4)
     moved, ok, flipped, gained = backend.run(run, *args, before)
     assert backend.to_numpy(flipped)[:2].any(axis=1).all(), "A and B see their common edge reversed"
@@ -126,7 +127,7 @@ def test_exact_cutters_find_every_cut_vertex(backend):
     xp = backend.xp
 
     def run(y, w, lo, hi, act, cand):
-        rows = xp.arange(n, dtype=xp.int64)
+        rows = xp.arange(n, dtype=xp.int64, device=backend.device)
         cells = polygons.clip_by(xp, y, w, act, polygons.box_cells(xp, y, lo, hi, act, 16), rows, cand)
         return cells, repair.exact_cutters(xp, y, w, act, cells, rows)
     args = [backend.asarray(a) for a in (seeds, psi, LO, HI)]
@@ -268,7 +269,7 @@ def test_rebuilt_cells_keep_the_capacity_when_the_box_clips_a_wide_ring(eager_ba
     xp = eager_backend.xp
 
     def run(y, w, lo, hi):
-        return kinetic.rebuild(xp, y, w, xp.ones((n,), dtype=xp.bool), lo, hi, 16)
+        return kinetic.rebuild(xp, y, w, xp.ones((n,), dtype=xp.bool, device=eager_backend.device), lo, hi, 16)
     out = eager_backend.run(run, *(eager_backend.asarray(a) for a in (seeds, psi, LO, HI)))
     if out is None:
         assert not eager_backend.host, "no host: the caller clips instead"
@@ -285,7 +286,7 @@ def hiding_step_at(backend, seeds, psi, d, previous):
     xp, n = backend.xp, len(seeds)
 
     def run(y, w, d, previous):
-        return hiding.hiding_step(xp, y, w, d, xp.ones((n,), dtype=xp.bool), previous)
+        return hiding.hiding_step(xp, y, w, d, xp.ones((n,), dtype=xp.bool, device=backend.device), previous)
     args = (backend.asarray(a) for a in (seeds, psi, d))
     return float(backend.to_numpy(backend.run(run, *args, previous)))
 
