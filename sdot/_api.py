@@ -371,7 +371,7 @@ def _failure(plan, stop, tol, max_iter, prob, options):
 def _solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
     """Solve with the Newton ``options`` (a :class:`._core.options.NewtonOptions`) on inputs
     cut from the autodiff graph, then attach the analytic gradients."""
-    with _driver.quiet_int64():
+    with _driver.quiet_int64(), _driver.one_thread(xp):
         return _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options)
 
 

@@ -59,12 +59,12 @@ class PlanRule:
 
     def jvp(self, lin, tangents):
         """The output tangents along the input tangents (a tuple of :data:`INPUTS`, None for zero)."""
-        with _driver.quiet_int64():
+        with _driver.quiet_int64(), _driver.one_thread(_driver.namespace(lin.seeds)):
             return self._jvp(lin, tangents)
 
     def vjp(self, lin, cotangents, needs):
         """The input cotangents (None where not ``needs``) of the output cotangents."""
-        with _driver.quiet_int64():
+        with _driver.quiet_int64(), _driver.one_thread(_driver.namespace(lin.seeds)):
             return self._vjp(lin, cotangents, needs)
 
     def _jvp(self, lin, tangents):

@@ -337,3 +337,21 @@ def test_jax_x64_warning_once_per_process(sdot_driver, monkeypatch):
         jax.config.update("jax_enable_x64", True)
     x64 = [w for w in caught if "jax_enable_x64" in str(w.message)]
     assert len(x64) == 1 and x64[0].category is UserWarning
+
+
+def test_torch_solves_on_one_thread_and_restores_the_callers(monkeypatch):
+    """The solve runs on one torch thread (its many small operations lose to intra-op threads
+    on a shared machine) and gives the caller's thread count back."""
+    torch = pytest.importorskip("torch")
+    import sdot
+
+    seen = []
+    real = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda k: (seen.append(k), real(k)))
+    real(2)
+    try:
+        x = torch.tensor(np.random.default_rng(0).random((30, 2)))
+        sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(torch.ones((4, 4), dtype=torch.float64)))
+        assert seen == [1, 2] and torch.get_num_threads() == 2
+    finally:
+        real(1)
