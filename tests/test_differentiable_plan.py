@@ -107,6 +107,27 @@ def test_hard_inputs_zero_background_duplicates_and_an_empty_cell(sdot_driver):
     assert_close(got["barycenters"][5], t["positions"][5])        # an empty cell's barycentre is its Dirac
 
 
+def test_tiny_and_huge_scales_and_a_far_dirac(sdot_driver):
+    """The derivative of the barycentres is scale-free (a problem scaled by 1e-6 or 1e6 gives the
+    same, to rounding), and a Dirac far outside the support (its cell reaches across the
+    zero background) still matches the finite differences."""
+    sdot_driver.framework = "numpy"
+    x, w, values, (lo, hi) = problem(2, n=14, seed=3, zero_background=True)
+    rng = np.random.default_rng(4)
+    dx = rng.normal(size=x.shape)
+    base = solve(x, w, values, (lo, hi)).jvp(positions=dx)
+    for s in (1e-6, 1e6):
+        out = solve(x * s, w, values, (lo * s, hi * s)).jvp(positions=dx * s)
+        np.testing.assert_allclose(out["barycenters"] / s, base["barycenters"], atol=1e-12)
+        assert abs(out["distance"] / s ** 2 - base["distance"]) <= 1e-12 * abs(base["distance"]) + 1e-14
+    x[2] = [50.0, -40.0]
+    t = dict(positions=dx, values=rng.normal(size=values.shape) * (values > 0))
+    want = central(x, w, values, (lo, hi), t)
+    got = solve(x, w, values, (lo, hi)).jvp(**t)
+    for k in OUTPUTS:
+        assert_close(got[k], want[k])
+
+
 def test_translation_and_scaling_of_seeds_and_domain(sdot_driver):
     """Moving the Diracs and the domain together translates the barycentres (derivative: the
     translation) and keeps W2^2; scaling both by s scales the barycentres by s and W2^2 by s^2."""

@@ -31,6 +31,7 @@ import array_api_compat as aac
 
 from . import _compat, geometry, newton
 from .density import PixelDensity
+from .gradients import GradientState, gradients
 
 #: Regulariser of the Newton matrix in the derivative's solve (times its mean diagonal):
 #: smaller than the Newton steps' (their FP32 solves need more), whose bias it would be.
@@ -211,8 +212,6 @@ def _polynomial_integrals(xp, lin, coef):
 def _distance_tangent(xp, lin, dx, dy, dm, vy, rate, tr):
     """``dW``: the first derivatives of :mod:`.gradients` along ``dx``, and the box's term
     ``tr(s') int phi rho + sum_i int_{L_i} 2 u.V rho``."""
-    from .gradients import GradientState, gradients
-
     n, d = lin.seeds.shape
     state = GradientState(lin.cells, lin.moments, lin.psi, lin.rep, lin.active, lin.targets)
     needs = (dx.seeds is not None, dx.masses is not None, dx.values is not None)
@@ -303,8 +302,6 @@ def cotangents(xp, lin, fac, ct, solver, wanted=Inputs(True, True, True, True, T
         c_dT = c_dT + _compat.segment_sum(xp, ct.cell_masses * share * (1.0 - g_rep / safe_group), lin.rep, n)
         c_dm = c_dm + xp.where(group > 0, ct.cell_masses * g_rep / safe_group, 0.0)
     if ct.distance is not None:
-        from .gradients import GradientState, gradients
-
         state = GradientState(lin.cells, lin.moments, lin.psi, lin.rep, lin.active, lin.targets)
         needs = (wanted.seeds is not None, wanted.masses is not None, wanted.values is not None)
         gy, gm, grho = gradients(xp, lin.seeds, lin.masses, _density(lin, lin.values), state, needs)

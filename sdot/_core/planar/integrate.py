@@ -257,8 +257,9 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
                                           cells.count, (seeds,), (vertices,), (None, 0.0))
     else:
         tables = xp.reshape(prefix_tables(xp, density, lo, hi), (3, -1))
-        moments, facet = _compat.blockwise(
+        split, facet = _compat.blockwise(
             xp, lambda s, v, c: _cell_integrals(xp, s, v, c, density, tables, lo, hi), seeds, vertices, cells.count)
+        moments = xp.concat([split[:, :3], split[:, 3:4] + split[:, 4:]], axis=1)
     return (moments if origin is None else about_seeds(xp, moments, origin)), facet
 
 
@@ -277,7 +278,8 @@ def _far_origins(xp, vertices, count):
 @_compat.jit_on_jax()
 def _cell_integrals(xp, seeds, vertices, count, density, tables, lo, hi):
     """:func:`cell_integrals` of the cells ``(vertices, count)`` of ``seeds`` (``tables``:
-    the flattened :func:`prefix_tables` of ``density``)."""
+    the flattened :func:`prefix_tables` of ``density``), with the second moment by axis:
+    ``(mass, M_x, M_y, M_xx, M_yy)`` (n, 5) and the edge integrals (n, V)."""
     edges = _Edges(xp, seeds, vertices, count, lo, hi, density.shape)
     moments, facet = None, None
     for e in edges.groups(xp):
@@ -311,13 +313,13 @@ def _edge_integrals(xp, seeds, e, density, tables, lo, hi):
             f0 = (f_t0 + c * (u - u_left)) * half_dv
             f1 = (f_t1 + c * (u * u - u_left * u_left) * 0.5) * half_dv
             f2 = (f_t2 + c * (u * u * u - ul3) / 3.0) * half_dv
-            moments = (moments[0] + f0, moments[1] + f1, moments[2] + v * f0, moments[3] + f2 + v * v * f0)
+            moments = (moments[0] + f0, moments[1] + f1, moments[2] + v * f0, moments[3] + f2, moments[4] + v * v * f0)
         dp = q - p
         facet = facet + c * xp.sqrt(dp[:, 0] * dp[:, 0] + dp[:, 1] * dp[:, 1])
         return moments, facet
 
     zero = xp.zeros(e.slot.shape, dtype=seeds.dtype, device=aac.device(seeds))
-    acc, facet = _visit_pieces(xp, e, grid.shape, visit, ((zero,) * 4, zero))
+    acc, facet = _visit_pieces(xp, e, grid.shape, visit, ((zero,) * 5, zero))
     return xp.stack([e.per_cell(xp, a) for a in acc], axis=1), e.per_slot(xp, facet)
 
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 import array_api_compat as aac
 
 from .. import _compat
-from .integrate import _GAUSS, _clamp, _Edges, _far_origins, _Grid, _uniform_integrals, _visit_pieces, prefix_tables
+from .integrate import (_GAUSS, _cell_integrals, _clamp, _Edges, _far_origins, _Grid, _uniform_integrals,
+                        _visit_pieces, prefix_tables)
 from .polygons import gather
 
 
@@ -286,49 +287,12 @@ def axis_second_moments(xp, seeds, cells, values, lo, hi):
                                     seeds, vertices, cells.count)
     else:
         tables = xp.reshape(prefix_tables(xp, values, lo, hi), (3, -1))
-        moments = _compat.blockwise(xp, lambda s, v, c: _axis_moments(xp, s, v, c, values, tables, lo, hi),
+        moments = _compat.blockwise(xp, lambda s, v, c: _cell_integrals(xp, s, v, c, values, tables, lo, hi)[0],
                                     seeds, vertices, cells.count)
     mass, first, second = moments[:, :1], moments[:, 1:3], moments[:, 3:]
     if origin is None:
         return second
     return second + origin * (2.0 * first + origin * mass)       # (o + w)^2 = o^2 + 2 o w + w^2
-
-
-@_compat.jit_on_jax()
-def _axis_moments(xp, seeds, vertices, count, density, tables, lo, hi):
-    """``(mass, M_x, M_y, M_xx, M_yy)`` (n, 5) of the cells ``(vertices, count)``, by the
-    edge walk of :func:`.integrate.cell_integrals` (``tables``: the flat prefix tables)."""
-    edges = _Edges(xp, seeds, vertices, count, lo, hi, density.shape)
-    total = None
-    for e in edges.groups(xp):
-        grid = _Grid(xp, seeds, e, density.shape, lo, hi)
-        sx, flat_density = grid.sx, xp.reshape(density, (-1,))
-
-        def visit(piece, acc):
-            at_pixel, at_seed = grid.table_index(piece)
-            d1, d2, d3 = (xp.take(tables[i, :], at_pixel) - xp.take(tables[i, :], at_seed) for i in range(3))
-            c = xp.where(piece.live, xp.take(flat_density, piece.ix * grid.shape[1] + piece.iy), 0.0)
-            f_t0 = d1
-            f_t1 = 0.5 * (d2 - 2.0 * sx * d1)
-            f_t2 = (d3 - 3.0 * sx * d2 + 3.0 * sx * sx * d1) / 3.0
-            ul = grid.u_left(xp, piece)
-            p, q = piece.p, piece.q
-            h = xp.where(piece.live, 0.5 * (q[:, 1] - p[:, 1]), 0.0)
-            ul3 = ul * ul * ul
-            for tau in _GAUSS:
-                u = p[:, 0] + tau * (q[:, 0] - p[:, 0])
-                v = p[:, 1] + tau * (q[:, 1] - p[:, 1])
-                f0 = (f_t0 + c * (u - ul)) * h
-                f1 = (f_t1 + c * (u * u - ul * ul) * 0.5) * h
-                f2 = (f_t2 + c * (u * u * u - ul3) / 3.0) * h
-                acc = (acc[0] + f0, acc[1] + f1, acc[2] + v * f0, acc[3] + f2, acc[4] + v * v * f0)
-            return acc
-
-        zero = xp.zeros(e.slot.shape, dtype=seeds.dtype, device=aac.device(seeds))
-        acc = _visit_pieces(xp, e, grid.shape, visit, (zero,) * 5)
-        part = xp.stack([e.per_cell(xp, a) for a in acc], axis=1)
-        total = part if total is None else total + part
-    return total
 
 
 @_compat.jit_on_jax()
