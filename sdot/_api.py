@@ -222,21 +222,35 @@ def _check_range(xp, prob):
 
 
 def _problem(source, target):
-    """The core problem in the computation namespace and dtype (rule 3)."""
+    """The core problem in the computation namespace and dtype (rule 3), checked (under
+    ``torch.func`` transforms, the checks wait for the values: :func:`_solve_per_item`)."""
     xp = _driver.namespace(source.positions, target.values)
     dtype = _driver.compute_dtype(xp)
     source, target = source.astype(dtype), target.astype(dtype)   # normalise in `dtype`
     prob = newton.Problem(source.positions, source.masses, PixelDensity(target.density, *target.domain))
-    if any(_driver.is_tracer(a) for a in (prob.seeds, prob.masses) + tuple(prob.density)):
+    arrays = (prob.seeds, prob.masses) + tuple(prob.density)
+    if any(_driver.is_tracer(a) for a in arrays):
         return xp, prob                     # values unknown: no mass check under tracing
+    total_rho = _total_mass(target)
+    if not _autodiff.transformed(*arrays, total_rho):
+        _check_values(xp, prob, total_rho)
+    return xp, prob
+
+
+def _total_mass(target):
+    """The target's total mass (an array under ``torch.func``, to be checked per item)."""
+    return _autodiff.detach(target.integral) if target.mass is None else target.mass
+
+
+def _check_values(xp, prob, total_rho):
+    """Refuse magnitudes the dtype cannot square and unequal source and target masses."""
     _check_range(xp, prob)
     ops, (masses,) = _driver.checkable(prob.masses)
     total_m = float(ops.sum(masses))
-    total_rho = float(_autodiff.detach(target.integral) if target.mass is None else target.mass)
+    total_rho = float(total_rho)
     if abs(total_m - total_rho) > 1e-6 * max(abs(total_rho), 1e-300):
         raise ValueError(f"mass mismatch: the source has mass {total_m}, the target {total_rho}; "
                          "use the default mass=1 on both, or equal masses")
-    return xp, prob
 
 
 _CLOCK = {"start": 0.0}
@@ -303,6 +317,9 @@ def optimal_transport_plan(source, target, tol=None, max_iter=300, verbose=False
         raise ValueError("optimal_transport_plan takes one source; use distances() for batches")
     xp, prob = _problem(source, target)
     tol = default_tolerance() if tol is None else tol
+    if _autodiff.transformed(prob.seeds, prob.masses, *prob.density):   # torch.func: per item, checked there
+        return _solve_per_item(prob, _total_mass(target.astype(prob.seeds.dtype)), tol, max_iter,
+                               _printer(verbose), raise_on_failure, NEWTON_OPTIONS)
     out, stop = _solve(xp, prob, tol, max_iter, _printer(verbose), raise_on_failure, NEWTON_OPTIONS)
     if aac.is_numpy_array(out.barycenters):
         out._normalisation = _differentiable.Normalisation(source, target, out._linearization)
@@ -410,6 +427,95 @@ def _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options):
     out = OtPlan(distance=distance, power_diagram=diagram, _linearization=lin, **arrays)
     out._kept_rule = _differentiable.PlanRule(("distance",) + _differentiable.PLAN_OUTPUTS, kept)
     return out, (sol.width, sol.damping)
+
+
+class _ItemSolves(_autodiff.ItemState):
+    """The solves of one call under ``torch.func`` transforms, one per item (of a ``vmap``),
+    each kept under the values of its inputs (seeds, masses, density values, lo, hi): the
+    transforms' products find the solve of their item there (or solve it again)."""
+
+    def __init__(self, tol, max_iter, log, raise_on_failure, options):
+        self.tol, self.max_iter, self.log, self.options = tol, max_iter, log, options
+        self.raise_on_failure, self.items = raise_on_failure, {}
+
+    @staticmethod
+    def _key(inputs):
+        return tuple((tuple(x.shape), _driver._to_host(x).tobytes()) for x in inputs)
+
+    def solve(self, seeds, masses, values, lo, hi, total_rho=None):
+        """The plan's arrays (:data:`_ITEM_ARRAYS`) of one item (plain tensors), solved and kept."""
+        xp = _driver.namespace(seeds)
+        prob = newton.Problem(seeds, masses, PixelDensity(values, lo, hi))
+        if total_rho is not None:
+            _check_values(xp, prob, total_rho)
+        with _autodiff.without_autodiff(xp):
+            res = plan.solve_plan(xp, prob, self.tol, self.max_iter, log=self.log, options=self.options)
+        res.update({k: _autodiff.released(res[k]) for k in _PLAN_ARRAYS + ("distance",)})
+        lin = _differentiable.linearization(prob, res)
+        self.items[self._key((seeds, masses, values, lo, hi))] = (lin, res, _differentiable.Kept())
+        if self.raise_on_failure and not bool(res["converged"]):
+            partial = OtPlan(distance=res["distance"], power_diagram=None, **{k: res[k] for k in _PLAN_ARRAYS})
+            stop = (res["solution"].width, res["solution"].damping)
+            raise OtNotConverged(_failure(partial, stop, self.tol, self.max_iter, prob, self.options), partial)
+        return tuple(xp.asarray(res[k]) for k in _ITEM_ARRAYS)
+
+    def of(self, inputs):
+        """The :class:`._core.sensitivity.Linearization` of the item of ``inputs``."""
+        return self.item(inputs)[0]
+
+    def item(self, inputs):
+        """``(linearization, solve result, Kept)`` of the item of ``inputs``."""
+        key = self._key(inputs)
+        if key not in self.items:
+            self.solve(*inputs)
+        return self.items[key]
+
+
+#: The arrays of an item of :class:`_ItemSolves`, in this order.
+_ITEM_ARRAYS = ("distance", "barycenters", "brenier_potential", "cell_masses", "converged", "iterations",
+                "residual", "status")
+
+
+def _solve_per_item(prob, total_rho, tol, max_iter, log, raise_on_failure, options):
+    """The plan of a problem of tensors wrapped by ``torch.func`` transforms: every item (of a
+    ``vmap``) solved on its values (:class:`_ItemSolves`), the derivatives attached by the
+    torch rules, per item. The power diagram is that of a lone item (None under ``vmap``)."""
+    solves = _ItemSolves(tol, max_iter, log, raise_on_failure, options)
+    inputs = (prob.seeds, prob.masses, prob.density.values, prob.lo, prob.hi)
+    xp = _driver.namespace(prob.seeds)
+    total = total_rho if aac.is_torch_array(total_rho) else xp.asarray(float(total_rho), dtype=prob.seeds.dtype)
+    res = dict(zip(_ITEM_ARRAYS, _autodiff.host_map(solves.solve, *inputs, total)))
+    outputs = _autodiff.attach_linear(tuple(res[k] for k in _differentiable.PLAN_OUTPUTS), inputs, solves,
+                                      _differentiable.PlanRule(_differentiable.PLAN_OUTPUTS))
+    distance = _autodiff.attach(res["distance"], inputs, solves, functools.partial(_gradients_per_item, solves))
+    arrays = dict(zip(_differentiable.PLAN_OUTPUTS, outputs))
+    arrays.update({k: res[k] for k in _PLAN_ARRAYS if k not in arrays})
+    lin, diagram = None, None
+    if len(solves.items) == 1:
+        (lin, item, _), = solves.items.values()
+        sol = item["solution"]
+        diagram = PowerDiagram._from_solution(lin_problem(lin), sol.psi, sol.evaluation.cells,
+                                              sol.evaluation.moments, item["active"])
+    return OtPlan(distance=distance, power_diagram=diagram, _linearization=lin, **arrays)
+
+
+def lin_problem(lin):
+    """The (plain) problem of the linearization ``lin``."""
+    return newton.Problem(lin.seeds, lin.masses, PixelDensity(lin.values, lin.lo, lin.hi))
+
+
+def _gradients_per_item(solves, inputs, _, needs):
+    """The gradient rule of W2^2 under ``torch.func`` (see :func:`_solve_per_item`): the values
+    per item (:func:`._differentiable.first_derivatives`), made differentiable by the plan's
+    rules (second derivatives)."""
+    def values(*plain):
+        lin, res, kept = solves.item(plain)
+        rule_for = functools.partial(_differentiable.PlanRule, kept=kept)
+        return (*_differentiable.first_derivatives(lin, rule_for, needs), res["barycenters"],
+                res["brenier_potential"])
+    *grads, barycenters, potential = _autodiff.host_map(values, *inputs)
+    rule_of = lambda outputs: (solves, _differentiable.PlanRule(outputs))     # noqa: E731
+    return _differentiable.recorded(inputs, grads, barycenters, potential, rule_of, needs)
 
 
 def _jax_on_host(xp, cut):

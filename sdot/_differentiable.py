@@ -179,15 +179,8 @@ def recorded(inputs, grads, barycenters, potential, rule_of, needs):
 
 def _records(inputs):
     """Whether a derivative of the gradients can be asked: JAX (always), torch while
-    recording (``create_graph=True``)."""
-    first = inputs[0]
-    if aac.is_jax_array(first):
-        return True
-    if aac.is_torch_array(first):
-        import torch
-
-        return torch.is_grad_enabled()
-    return False
+    recording (``create_graph=True``) or under ``torch.func``."""
+    return _autodiff.recording(inputs[0])
 
 
 class Normalisation:

@@ -12,7 +12,54 @@ import contextlib
 
 import array_api_compat as aac
 
-__all__ = ["attach", "attach_linear", "first_order", "detach", "without_autodiff", "released"]
+__all__ = ["attach", "attach_linear", "first_order", "detach", "without_autodiff", "released", "transformed",
+           "recording", "host_map", "ItemState"]
+
+
+class ItemState:
+    """The state of a solve under ``torch.func`` transforms, where the solve runs per item
+    (one per item of a ``vmap``): ``of(inputs)`` is the state of the item whose inputs (the
+    ``inputs`` of :func:`attach`, as plain arrays) are ``inputs``. :func:`attach` and
+    :func:`attach_linear` take one as their ``state``; the rules then see the item's."""
+
+    def of(self, inputs):
+        """The state of the item of ``inputs`` (a tuple of plain arrays)."""
+        raise NotImplementedError
+
+
+def transformed(*xs):
+    """True if one of ``xs`` is a tensor wrapped by a ``torch.func`` transform (``grad``,
+    ``vmap``, ``jvp``, ``jacrev``, ``jacfwd``...): its values are not readable, the solve
+    goes through :func:`host_map`."""
+    if not any(aac.is_torch_array(x) for x in xs):
+        return False
+    from ._torch import transformed as transformed_torch
+
+    return transformed_torch(*xs)
+
+
+def recording(x):
+    """Whether autodiff may differentiate, again, what is computed from ``x`` in a backward
+    pass: JAX (always), torch while autograd records (``create_graph=True``) or under
+    ``torch.func`` transforms."""
+    if aac.is_jax_array(x):
+        return True
+    if aac.is_torch_array(x):
+        from ._torch import _recording
+
+        return _recording()
+    return False
+
+
+def host_map(fn, *args):
+    """``fn(*args)`` (a tuple of arrays, or None) on the arguments cut from autodiff. Under
+    ``torch.func`` transforms, ``fn`` sees plain tensors, one item at a time under ``vmap``
+    (the results stacked): the solver and the rules' products run outside the transforms."""
+    if any(aac.is_torch_array(a) for a in args):
+        from ._torch import host_map as host_map_torch
+
+        return host_map_torch(fn, *args)
+    return tuple(fn(*(None if a is None else detach(a) for a in args)))
 
 
 def detach(x):

@@ -46,11 +46,18 @@ def host_view(x):
     if aac.is_numpy_array(x):
         return x
     if aac.is_torch_array(x):
-        return x.detach().numpy() if x.device.type == "cpu" else None
+        return x.detach().numpy() if x.device.type == "cpu" and not _functorch_wrapped(x) else None
     if aac.is_jax_array(x) and not is_traced(x):
         if all(d.platform == "cpu" for d in x.devices()):
             return np.asarray(x)
     return None
+
+
+def _functorch_wrapped(x) -> bool:
+    """True for a tensor wrapped by a ``torch.func`` transform (no storage to view)."""
+    import torch
+
+    return torch._C._functorch.is_functorch_wrapped_tensor(x)
 
 
 def from_host(xp, arr, like):

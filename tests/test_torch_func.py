@@ -1,0 +1,153 @@
+"""``torch.func`` transforms (``grad``, ``vmap``, ``jvp``, ``jacrev``, ``jacfwd``, ``hessian``) of
+W2^2 and of the differentiable plan: each solve runs on the plain values (per item under
+``vmap``); the derivatives are the autograd ones, the NumPy ``OtPlan.jvp`` and finite
+differences."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sdot
+
+torch = pytest.importorskip("torch")
+func = torch.func
+
+TOL = 1e-12
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    img = torch.tensor(rng.uniform(0.5, 1.5, (8, 8)))
+    x = torch.tensor(rng.uniform(0.1, 0.9, (20, 2)))
+    return x, img
+
+
+def w2(img):
+    return lambda x: sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(img), tol=TOL)
+
+
+def bary(img):
+    return lambda x: sdot.barycenters(sdot.SumOfDiracs(x), sdot.Grid(img), tol=TOL)
+
+
+def test_grad_matches_autograd(data):
+    x, img = data
+    g = func.grad(w2(img))(x)
+    xr = x.clone().requires_grad_(True)
+    (ref,) = torch.autograd.grad(w2(img)(xr), xr)
+    assert not g.requires_grad
+    torch.testing.assert_close(g, ref, rtol=0, atol=1e-12)
+
+
+def test_grad_and_value_and_weights(data):
+    x, img = data
+    w = torch.linspace(0.5, 1.5, x.shape[0], dtype=x.dtype)
+    f = lambda x, w: sdot.distance(sdot.SumOfWeightedDiracs(x, w), sdot.Grid(img), tol=TOL)   # noqa: E731
+    (gx, gw), value = func.grad_and_value(f, argnums=(0, 1))(x, w)
+    xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    out = f(xr, wr)
+    ref = torch.autograd.grad(out, (xr, wr))
+    torch.testing.assert_close(value, out.detach(), rtol=0, atol=1e-14)
+    torch.testing.assert_close(gx, ref[0], rtol=0, atol=1e-12)
+    torch.testing.assert_close(gw, ref[1], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("vmap", [func.vmap, torch.vmap])
+def test_vmap_of_grad_is_a_loop(data, vmap):
+    x, img = data
+    xs = torch.stack([x, 0.8 * x + 0.1])
+    g = vmap(func.grad(w2(img)))(xs)
+    values = vmap(w2(img))(xs)
+    for k in range(2):
+        torch.testing.assert_close(g[k], func.grad(w2(img))(xs[k]), rtol=0, atol=1e-12)
+        torch.testing.assert_close(values[k], w2(img)(xs[k]), rtol=0, atol=1e-14)
+
+
+def test_vmap_plan_has_no_diagram(data):
+    x, img = data
+    xs = torch.stack([x, 0.8 * x + 0.1])
+
+    def outputs(x):
+        plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(img), tol=TOL)
+        assert plan.power_diagram is None
+        return plan.barycenters, plan.cell_masses, plan.converged
+    b, m, ok = func.vmap(outputs)(xs)
+    assert b.shape == (2, 20, 2) and bool(ok.all())
+    torch.testing.assert_close(b[1], bary(img)(xs[1]), rtol=0, atol=1e-14)
+    torch.testing.assert_close(m.sum(1), torch.ones(2, dtype=x.dtype), rtol=0, atol=1e-10)
+
+
+def test_jacrev_jacfwd_barycenters_match_numpy_jvp(data, sdot_driver):
+    x, img = data
+    sdot_driver.framework = "numpy"
+    jr = func.jacrev(bary(img))(x)
+    jf = func.jacfwd(bary(img))(x)
+    assert jr.shape == (20, 2, 20, 2)
+    torch.testing.assert_close(jr, jf, rtol=0, atol=1e-8)
+    dx = np.random.default_rng(0).standard_normal(x.shape)
+    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x.numpy()), sdot.Grid(img.numpy()), tol=TOL)
+    ref = plan.jvp(positions=dx)["barycenters"]
+    along = torch.einsum("iajb,jb->ia", jr, torch.tensor(dx)).numpy()
+    np.testing.assert_allclose(along, ref, rtol=0, atol=1e-8)
+    _, tangent = func.jvp(bary(img), (x,), (torch.tensor(dx),))
+    np.testing.assert_allclose(tangent.numpy(), ref, rtol=0, atol=1e-8)
+
+
+def test_potential_and_masses_jacrev(data):
+    x, img = data
+
+    def outputs(x):
+        plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(img), tol=TOL)
+        return plan.brenier_potential, plan.cell_masses
+    jr = func.jacrev(outputs)(x)
+    jf = func.jacfwd(outputs)(x)
+    for a, b in zip(jr, jf):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-8)
+    torch.testing.assert_close(jr[1].sum(0), torch.zeros(20, 2, dtype=x.dtype), rtol=0, atol=1e-9)
+
+
+def test_hessian_matches_finite_differences(data):
+    x, img = data
+    h = func.hessian(w2(img))(x)
+    h2 = func.jacfwd(func.grad(w2(img)))(x)
+    h3 = func.jacrev(func.grad(w2(img)))(x)
+    torch.testing.assert_close(h, h2, rtol=0, atol=1e-8)
+    torch.testing.assert_close(h, h3, rtol=0, atol=1e-8)
+    grad = func.grad(w2(img))
+    eps = 1e-6
+    for i, a in ((0, 0), (7, 1)):
+        e = torch.zeros_like(x)
+        e[i, a] = eps
+        fd = (grad(x + e) - grad(x - e)) / (2 * eps)
+        torch.testing.assert_close(h[:, :, i, a], fd, rtol=0, atol=1e-5)
+
+
+def test_jvp_of_distance_matches_autograd(data):
+    x, img = data
+    dx = torch.tensor(np.random.default_rng(1).standard_normal(x.shape))
+    value, tangent = func.jvp(w2(img), (x,), (dx,))
+    xr = x.clone().requires_grad_(True)
+    (ref,) = torch.autograd.grad(w2(img)(xr), xr)
+    torch.testing.assert_close(tangent, (ref * dx).sum(), rtol=0, atol=1e-12)
+
+
+def test_third_derivative_raises(data):
+    x, img = data
+    with pytest.raises(NotImplementedError, match="sdot: the derivative"):
+        func.jacrev(func.grad(lambda x: func.grad(w2(img))(x)[0, 0]))(x)
+
+
+def test_no_convergence_raises_per_item(data):
+    x, img = data
+    with pytest.raises(sdot.OtNotConverged):
+        func.grad(lambda x: sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(img), max_iter=0))(x)
+
+
+def test_mass_mismatch_raises_per_item(data):
+    x, img = data
+    f = lambda x: sdot.distance(sdot.SumOfDiracs(x, mass=2.0), sdot.Grid(img, mass=1.0))   # noqa: E731
+    with pytest.raises(ValueError, match="mass mismatch"):
+        func.grad(f)(x)
+    with pytest.raises(ValueError, match="mass mismatch"):
+        func.vmap(f)(torch.stack([x, x]))
