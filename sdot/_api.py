@@ -311,6 +311,12 @@ def optimal_transport_plan(source, target, tol=None, max_iter=300, verbose=False
         values and domain of the grid, by implicit differentiation of the optimality
         condition; ``distance`` has second derivatives.
     """
+    return _plan(source, target, tol, max_iter, verbose, raise_on_failure, orders=1)
+
+
+def _plan(source, target, tol=None, max_iter=300, verbose=False, raise_on_failure=True, orders=1):
+    """:func:`optimal_transport_plan`, whose arrays are differentiated at most ``orders`` times
+    under ``torch.func`` (2 for :func:`distance`: its rule is the plan's first derivatives)."""
     tol, max_iter = _check_options(tol, max_iter)
     source, target = _check_pair(source, target)
     if source.batched:
@@ -318,6 +324,7 @@ def optimal_transport_plan(source, target, tol=None, max_iter=300, verbose=False
     xp, prob = _problem(source, target)
     tol = default_tolerance() if tol is None else tol
     if _autodiff.transformed(prob.seeds, prob.masses, *prob.density):   # torch.func: per item, checked there
+        _check_depth(prob, orders)
         return _solve_per_item(prob, _total_mass(target.astype(prob.seeds.dtype)), tol, max_iter,
                                _printer(verbose), raise_on_failure, NEWTON_OPTIONS)
     out, stop = _solve(xp, prob, tol, max_iter, _printer(verbose), raise_on_failure, NEWTON_OPTIONS)
@@ -427,6 +434,19 @@ def _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options):
     out = OtPlan(distance=distance, power_diagram=diagram, _linearization=lin, **arrays)
     out._kept_rule = _differentiable.PlanRule(("distance",) + _differentiable.PLAN_OUTPUTS, kept)
     return out, (sol.width, sol.damping)
+
+
+def _check_depth(prob, orders):
+    """Raise if ``torch.func`` transforms nest deeper around the problem ``prob`` than the rules
+    differentiate (``orders``: 2 for W2^2, 1 for the plan's arrays): the rules' products are
+    computed outside the transforms, which would take a further derivative of them as zero."""
+    depth = _autodiff.differentiation_depth(prob.seeds, prob.masses, *prob.density)
+    if depth > orders:
+        what = ("third derivatives of W2^2" if orders == 2 else
+                "second derivatives of the plan's arrays (third derivatives of W2^2; for the Hessian of "
+                "W2^2 under torch.func, differentiate sdot.distance)")
+        raise NotImplementedError(f"sdot: {what} are not implemented ({depth} nested torch.func "
+                                  "derivative transforms)")
 
 
 class _ItemSolves(_autodiff.ItemState):
@@ -582,7 +602,7 @@ def distance(source, target, **options):
     """
     if isinstance(source, _Diracs) and source.batched:
         return distances(source, target, **options)
-    return optimal_transport_plan(source, target, **options).distance
+    return _plan(source, target, orders=2, **options).distance
 
 
 def distances(sources, target, **options):

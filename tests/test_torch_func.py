@@ -134,8 +134,32 @@ def test_jvp_of_distance_matches_autograd(data):
 
 def test_third_derivative_raises(data):
     x, img = data
-    with pytest.raises(NotImplementedError, match="sdot: the derivative"):
+    with pytest.raises(NotImplementedError, match="sdot: the derivative|third derivatives"):
         func.jacrev(func.grad(lambda x: func.grad(w2(img))(x)[0, 0]))(x)
+
+
+@pytest.mark.parametrize("third", [
+    lambda f: func.jacrev(func.jacrev(func.grad(f))),
+    lambda f: func.jacfwd(func.jacfwd(func.grad(f))),
+    lambda f: func.jacfwd(func.jacrev(func.grad(f))),
+    lambda f: func.jacrev(func.hessian(f)),
+], ids=["rev-rev-grad", "fwd-fwd-grad", "fwd-rev-grad", "rev-hessian"])
+def test_every_third_derivative_composition_raises(data, third):
+    """Nestings of three derivative transforms raise instead of returning zeros (the rules'
+    products are computed outside the transforms, which would take them as constants)."""
+    x, img = data
+    with pytest.raises(NotImplementedError, match="third derivatives of W2"):
+        third(w2(img))(x[:6])
+
+
+def test_second_derivatives_of_the_plan_raise_and_unrelated_outer_transforms_do_not(data):
+    x, img = data
+    with pytest.raises(NotImplementedError, match="second derivatives of the plan"):
+        func.jacfwd(func.jacrev(bary(img)))(x[:6])
+    # an outer grad over a parameter the solve does not see is no derivative of the plan
+    t = torch.tensor(2.0, dtype=x.dtype)
+    g = func.grad(lambda t: t * func.jacrev(bary(img))(x).sum())(t)
+    torch.testing.assert_close(g, func.jacrev(bary(img))(x).sum(), rtol=0, atol=1e-12)
 
 
 def test_no_convergence_raises_per_item(data):

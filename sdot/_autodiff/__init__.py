@@ -13,7 +13,7 @@ import contextlib
 import array_api_compat as aac
 
 __all__ = ["attach", "attach_linear", "first_order", "detach", "without_autodiff", "released", "transformed",
-           "recording", "host_map", "ItemState"]
+           "recording", "differentiation_depth", "host_map", "ItemState"]
 
 
 class ItemState:
@@ -36,6 +36,18 @@ def transformed(*xs):
     from ._torch import transformed as transformed_torch
 
     return transformed_torch(*xs)
+
+
+def differentiation_depth(*xs):
+    """The number of ``torch.func`` differentiating transforms (``grad``, ``jvp``, ``jacrev``,
+    ``jacfwd``...) that wrap one of ``xs`` (0 outside ``torch.func`` and on other frameworks):
+    sdot's rules give second derivatives of W2^2 and first derivatives of the plan, and a
+    deeper nesting must raise, not differentiate a rule's product as a constant."""
+    if not any(aac.is_torch_array(x) for x in xs):
+        return 0
+    from ._torch import differentiation_depth as depth_torch
+
+    return depth_torch(*xs)
 
 
 def recording(x):

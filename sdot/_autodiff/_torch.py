@@ -22,6 +22,29 @@ def transformed(*xs):
     return any(isinstance(x, torch.Tensor) and wrapped(x) for x in xs)
 
 
+def differentiation_depth(*xs):
+    """How many ``torch.func`` differentiating transforms (``grad``, ``vjp``, ``jacrev``: Grad;
+    ``jvp``, ``jacfwd``: Jvp) wrap at least one of the tensors ``xs``: the order of the
+    derivatives that may be taken of what is computed from them (``vmap`` levels do not count,
+    nor transforms that do not see ``xs``)."""
+    if not torch._C._are_functorch_transforms_active():
+        return 0
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+
+    functorch = torch._C._functorch
+    kinds = {i.level(): i.key() for i in retrieve_all_functorch_interpreters()}
+    grad, jvp, levels = functorch.TransformType.Grad, functorch.TransformType.Jvp, set()
+    for x in xs:
+        while isinstance(x, torch.Tensor) and (functorch.is_functorch_wrapped_tensor(x) or functorch.is_batchedtensor(x)):
+            level = functorch.maybe_get_level(x)
+            # a Grad level tracks x only if x requires grad there (tensors lifted from outside do
+            # not); a Jvp level's tangent is not visible here: counted whenever it wraps x
+            if (kinds.get(level) == grad and x.requires_grad) or kinds.get(level) == jvp:
+                levels.add(level)
+            x = functorch.get_unwrapped(x)
+    return len(levels)
+
+
 def _recording():
     """Whether autodiff may differentiate what a backward or a jvp builds: autograd while it
     records (``create_graph=True``); always under ``torch.func`` (a ``jacfwd`` of a ``jacrev``
