@@ -20,7 +20,10 @@ otherwise): the uniform density ("box3d") and a 32^3 Gaussian voxel image ("gaus
 the uniform density ("box"), the 64x64 Gaussian image of the reference cases
 ("gauss"), and 64x64 images that are 0 outside a shape (:func:`target_values`): an
 annulus ("annulus"), two separate discs ("blobs") and the square of the reference case
-square0-2d ("square0"). If ``pysdot`` is importable, it is timed on the same points.
+square0-2d ("square0"); and Bernstein grids of degree 1 and 2 ("bern1", "bern2", a
+``PolynomialGrid`` of 64x64 cells): the Gaussian of "gauss" sampled at each cell's control
+points ``(i + k0 / p, j + k1 / p) / 64``, its Bernstein coefficients (positive, smooth across
+cells). If ``pysdot`` is importable, it is timed on the same points (not on "bern1", "bern2").
 """
 from __future__ import annotations
 
@@ -45,6 +48,8 @@ WARMUP = 100
 
 #: The 3D targets (the others are 2D).
 SPATIAL = ("box3d", "gauss3d")
+#: The targets of Bernstein coefficients: their degree.
+BERNSTEIN = {"bern1": 1, "bern2": 2}
 
 
 def points(n, shift=0, dim=2):
@@ -71,6 +76,12 @@ def target_values(name):
         return 0.2 + np.exp(-((x - 0.5) ** 2 + (y - 0.5) ** 2 + (z - 0.5) ** 2) / (2 * 0.15 ** 2))
     if name == "gauss":
         return np.load(IMAGE)
+    if name in BERNSTEIN:
+        p = BERNSTEIN[name]
+        at = (np.arange(64)[:, None] + np.arange(p + 1)[None, :] / p) / 64       # (cell, k): control points
+        x, y = at[:, None, :, None], at[None, :, None, :]
+        gauss = 0.2 + np.exp(-((x - 0.5) ** 2 + (y - 0.5) ** 2) / (2 * 0.15 ** 2))
+        return gauss.reshape(64, 64, (p + 1) ** 2)
     c = (np.arange(64) + 0.5) / 64
     x, y = np.meshgrid(c, c, indexing="ij")
     if name == "annulus":
@@ -82,7 +93,7 @@ def target_values(name):
         img = np.zeros((64, 64))
         img[20:40, 20:40] = 1.0
         return img
-    raise ValueError(f"unknown target {name!r}: box, gauss, annulus, blobs, square0, box3d or gauss3d")
+    raise ValueError(f"unknown target {name!r}: box, gauss, annulus, blobs, square0, box3d, gauss3d, bern1 or bern2")
 
 
 def to_backend(name, a):
@@ -130,6 +141,7 @@ def _instrument(totals):
     timed(planar, "power_cells", "cells", inner=("neighbours",))
     timed(spatial, "power_cells", "cells", inner=("neighbours",))
     timed(integrate, "cell_integrals", "integrals")
+    timed(integrate, "bernstein_cell_integrals", "integrals")
     timed(voxels, "cell_integrals", "integrals")
     timed(newton, "newton_direction", "linear solve")
 
@@ -146,7 +158,8 @@ def run_one(backend, target, n, tol):
     totals = dict.fromkeys(PHASES, 0.0)
     if backend != "jax-jit":
         _instrument(totals)
-    g = sdot.Grid(to_backend(backend, target_values(target)))
+    values = to_backend(backend, target_values(target))
+    g = sdot.PolynomialGrid(values) if target in BERNSTEIN else sdot.Grid(values)
 
     def eager_plan(x):
         return sdot.optimal_transport_plan(sdot.SumOfDiracs(x), g, tol=tol)
@@ -189,7 +202,7 @@ def run_pysdot(target, n, tol):
         from pysdot.domain_types import ScaledImage
     except ImportError:
         return None
-    if target in SPATIAL:
+    if target in SPATIAL or target in BERNSTEIN:
         return None
     x = points(n)
     values = target_values(target)
@@ -256,7 +269,7 @@ def main(argv=None):
     parser.add_argument("--backends", nargs="+", default=["numpy", "torch", "jax", "jax-jit"],
                         help="jax: eager JAX arrays (solved on the host); jax-jit: the compiled solve")
     parser.add_argument("--targets", nargs="+", default=["box", "gauss"],
-                        choices=["box", "gauss", "annulus", "blobs", "square0", "box3d", "gauss3d"])
+                        choices=["box", "gauss", "annulus", "blobs", "square0", "box3d", "gauss3d", "bern1", "bern2"])
     parser.add_argument("--tol", type=float, default=1e-8,
                         help="max absolute cell-mass error (default 1e-8, as the C++ reference runs)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per row")

@@ -13,7 +13,8 @@ import numpy as np
 
 from . import _autodiff, _differentiable, _driver
 from ._core import _compat, gradients, newton, plan
-from ._core.density import PixelDensity
+from ._core import geometry
+from ._core.density import grid_density
 from ._core.options import DEFAULT as NEWTON_OPTIONS
 from ._grids import PolynomialGrid
 from ._measures import _Diracs, align
@@ -160,9 +161,9 @@ def _check_pair(source, target):
     if source.dim not in (1, 2, 3):
         raise NotImplementedError(f"sdot solves problems in 1, 2 and 3 dimensions; the source has dimension {source.dim}")
     target = target.with_dim(source.dim)
-    if target.degree > 0:
+    if target.degree > 0 and not hasattr(geometry.of(source.dim).integrate, "bernstein_cell_integrals"):
         raise NotImplementedError(
-            f"PolynomialGrid of degree {target.degree} is not supported yet: use one value per cell")
+            f"PolynomialGrid of degree {target.degree} is not supported yet in {source.dim}D: use one value per cell")
     return align(source, target)
 
 
@@ -227,7 +228,7 @@ def _problem(source, target):
     xp = _driver.namespace(source.positions, target.values)
     dtype = _driver.compute_dtype(xp)
     source, target = source.astype(dtype), target.astype(dtype)   # normalise in `dtype`
-    prob = newton.Problem(source.positions, source.masses, PixelDensity(target.density, *target.domain))
+    prob = newton.Problem(source.positions, source.masses, grid_density(target.density, *target.domain))
     arrays = (prob.seeds, prob.masses) + tuple(prob.density)
     if any(_driver.is_tracer(a) for a in arrays):
         return xp, prob                     # values unknown: no mass check under tracing
@@ -401,7 +402,7 @@ def _solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
 
 def _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options):
     cut = newton.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
-                         PixelDensity(*(_autodiff.detach(a) for a in prob.density)))
+                         type(prob.density)(*(_autodiff.detach(a) for a in prob.density)))
     host = None if _driver.is_tracer(tol) or _driver.is_tracer(max_iter) else _jax_on_host(xp, cut)
     if host is not None:
         return _solve_on_host(xp, prob, host, tol, max_iter, log, options)
@@ -465,7 +466,7 @@ class _ItemSolves(_autodiff.ItemState):
     def solve(self, seeds, masses, values, lo, hi, total_rho=None):
         """The plan's arrays (:data:`_ITEM_ARRAYS`) of one item (plain tensors), solved and kept."""
         xp = _driver.namespace(seeds)
-        prob = newton.Problem(seeds, masses, PixelDensity(values, lo, hi))
+        prob = newton.Problem(seeds, masses, grid_density(values, lo, hi))
         if total_rho is not None:
             _check_values(xp, prob, total_rho)
         with _autodiff.without_autodiff(xp):
@@ -521,7 +522,7 @@ def _solve_per_item(prob, total_rho, tol, max_iter, log, raise_on_failure, optio
 
 def lin_problem(lin):
     """The (plain) problem of the linearization ``lin``."""
-    return newton.Problem(lin.seeds, lin.masses, PixelDensity(lin.values, lin.lo, lin.hi))
+    return newton.Problem(lin.seeds, lin.masses, grid_density(lin.values, lin.lo, lin.hi))
 
 
 def _gradients_per_item(solves, inputs, _, needs):
@@ -542,7 +543,7 @@ def _jax_on_host(xp, cut):
     """NumPy views (no copy) of the problem ``cut`` if its arrays are concrete JAX arrays on
     the CPU (eager calls, ``jax.grad`` and ``jax.jvp`` outside ``jit``), else None."""
     views = _driver.host_views(cut.seeds, cut.masses, *cut.density) if aac.is_jax_namespace(xp) else None
-    return None if views is None else newton.Problem(views[0], views[1], PixelDensity(*views[2:]))
+    return None if views is None else newton.Problem(views[0], views[1], type(cut.density)(*views[2:]))
 
 
 def _solve_on_host(xp, prob, host, tol, max_iter, log, options):

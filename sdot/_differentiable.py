@@ -17,7 +17,7 @@ import numpy as np
 
 from . import _autodiff, _driver
 from ._core import _compat, gradients, sensitivity
-from ._core.density import PixelDensity
+from ._core.density import grid_density
 from ._core.options import DEFAULT
 
 #: The differentiable outputs of :class:`sdot.OtPlan`, in this order.
@@ -68,16 +68,41 @@ class PlanRule:
             return self._vjp(lin, cotangents, needs)
 
     def _jvp(self, lin, tangents):
+        if not sensitivity.supported(lin):
+            n, d = lin.seeds.shape
+            shapes = {"barycenters": (n, d), "brenier_potential": (n,), "cell_masses": (n,), "distance": (),
+                      "potential": tuple(lin.values.shape)}
+            return _refused(lin, [shapes[k] for k in self.outputs], [t for t in tangents if t is not None])
         xp, fac, solver, fresh = self._prepared(lin)
         wanted = sensitivity.Tangents(**{k: True for k in self.outputs})
         out = sensitivity.tangents(xp, lin, fac, sensitivity.Inputs(*tangents), solver, wanted, fresh=fresh)
         return tuple(getattr(out, k) for k in self.outputs)
 
     def _vjp(self, lin, cotangents, needs):
+        if not sensitivity.supported(lin):
+            n, d = lin.seeds.shape
+            shapes = [(n, d), (n,), tuple(lin.values.shape), (d,), (d,)]
+            out = iter(_refused(lin, [s for s, need in zip(shapes, needs) if need], list(cotangents)))
+            return tuple(next(out) if need else None for need in needs)
         xp, fac, solver, fresh = self._prepared(lin)
         ct = sensitivity.Tangents(**dict(zip(self.outputs, cotangents)))
         wanted = sensitivity.Inputs(*(True if need else None for need in needs))
         return tuple(sensitivity.cotangents(xp, lin, fac, ct, solver, wanted, fresh=fresh))
+
+
+def _refused(lin, shapes, args):
+    """The products of a plan whose derivatives are not supported (:func:`._core.sensitivity.supported`):
+    eagerly (torch, NumPy) the ``NotImplementedError`` at once; under JAX arrays of ``shapes`` from a
+    host callback that raises it when run (JAX linearizes every output of a solve, used or not: only
+    the products that are computed may fail; the error names the cause)."""
+    if not aac.is_jax_array(lin.seeds):
+        sensitivity.require_cell_constants(lin)
+    import jax
+
+    def refuse(*_):
+        sensitivity.require_cell_constants(lin)
+    result = tuple(jax.ShapeDtypeStruct(s, lin.seeds.dtype) for s in shapes)
+    return jax.pure_callback(refuse, result, *args, vmap_method="sequential")
 
 
 class HostRule:
@@ -143,7 +168,7 @@ def first_derivatives(lin, rule_for, needs):
     domain's by :func:`._core.sensitivity.cotangents`), a list, None where not ``needs``."""
     xp = _driver.namespace(lin.seeds)
     gstate = gradients.GradientState(lin.cells, lin.moments, lin.psi, lin.rep, lin.active, lin.targets)
-    density = PixelDensity(lin.values, lin.lo, lin.hi)
+    density = grid_density(lin.values, lin.lo, lin.hi)
     out = list(gradients.gradients(xp, lin.seeds, lin.masses, density, gstate, needs[:3])) + [None, None]
     if needs[3] or needs[4]:
         one = xp.ones((), dtype=lin.seeds.dtype, device=aac.device(lin.seeds))
@@ -237,8 +262,10 @@ class Normalisation:
 
     def _integral(self):
         lin = self.lin
-        cell = np.prod((lin.hi - lin.lo) / np.asarray(self.values.shape, dtype=lin.lo.dtype))
-        return self.values.sum() * cell
+        d = lin.seeds.shape[1]
+        cell = np.prod((lin.hi - lin.lo) / np.asarray(self.values.shape[:d], dtype=lin.lo.dtype))
+        per_cell = np.prod(self.values.shape[d:], dtype=int)       # Bernstein coefficients: their mean
+        return self.values.sum() * cell / per_cell
 
 
 def _or0(x, like):

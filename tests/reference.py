@@ -154,3 +154,89 @@ def _clip_exact(poly, a, b, c):
             t = sp / (sp - sq)
             out.append((p[0] + t * (q[0] - p[0]), p[1] + t * (q[1] - p[1])))
     return out if len(out) >= 3 else []
+
+
+def bernstein_density(points, coefficients, lo=(0.0, 0.0), hi=(1.0, 1.0)):
+    """The density of Bernstein ``coefficients`` (n0, n1, (p+1)^2) on the box at ``points``
+    (m, 2), straight from the definition (SPEC.md): on cell (i, j) of local coordinates
+    ``t``, ``sum_k c[i, j, k0 (p+1) + k1] B(k0, p, t0) B(k1, p, t1)``."""
+    from math import comb
+
+    c = np.asarray(coefficients, float)
+    n0, n1, nn = c.shape
+    p = int(round(np.sqrt(nn))) - 1
+    lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+    g = (np.asarray(points, float) - lo) / (hi - lo) * np.array([n0, n1])
+    cell = np.minimum(np.maximum(np.floor(g), 0), np.array([n0 - 1, n1 - 1])).astype(int)
+    t = g - cell
+    basis = [np.stack([comb(p, k) * t[:, a] ** k * (1 - t[:, a]) ** (p - k) for k in range(p + 1)], axis=1)
+             for a in range(2)]
+    coef = c[cell[:, 0], cell[:, 1]].reshape(-1, p + 1, p + 1)
+    return np.einsum("mk,ml,mkl->m", basis[0], basis[1], coef)
+
+
+def _triangle_rule(order):
+    """Nodes (barycentric pairs) and weights of a collapsed (Duffy) tensor Gauss rule on the
+    reference triangle (area 1/2), exact for polynomials of degree ``2 order - 2``."""
+    x, w = np.polynomial.legendre.leggauss(order)
+    x, w = 0.5 * (x + 1.0), 0.5 * w
+    s, t = np.meshgrid(x, x, indexing="ij")
+    ws = np.outer(w, w) * (1.0 - s)
+    return np.stack([s.ravel(), (t * (1.0 - s)).ravel()], axis=1), ws.ravel()
+
+
+def bernstein_cell_moments(poly, y, coefficients, lo=(0.0, 0.0), hi=(1.0, 1.0), order=8):
+    """Mass, first moments about ``y`` and second moment about ``y`` (4,) of the Bernstein
+    density on the polygon ``poly`` (counter-clockwise): the polygon clipped to every grid
+    cell (Sutherland-Hodgman), each piece cut into a fan of triangles, each integrated by a
+    collapsed Gauss rule (exact: the integrand is a polynomial of degree <= 2p + 2 there)."""
+    out = np.zeros(4)
+    if poly is None:
+        return out
+    c = np.asarray(coefficients, float)
+    n0, n1, _ = c.shape
+    ex, ey = np.linspace(lo[0], hi[0], n0 + 1), np.linspace(lo[1], hi[1], n1 + 1)
+    nodes, weights = _triangle_rule(order)
+    y = np.asarray(y, float)
+    for a in range(n0):
+        column = _clip(_clip(poly, 0, ex[a], False), 0, ex[a + 1], True)
+        if len(column) < 3:
+            continue
+        for b in range(n1):
+            piece = _clip(_clip(column, 1, ey[b], False), 1, ey[b + 1], True)
+            for k in range(1, len(piece) - 1):
+                p0, p1, p2 = piece[0], piece[k], piece[k + 1]
+                jac = (p1[0] - p0[0]) * (p2[1] - p0[1]) - (p1[1] - p0[1]) * (p2[0] - p0[0])
+                pts = p0 + nodes[:, :1] * (p1 - p0) + nodes[:, 1:] * (p2 - p0)
+                rho = bernstein_density(np.clip(pts, [ex[a], ey[b]], [ex[a + 1], ey[b + 1]]), c, lo, hi)
+                u = pts - y
+                wr = weights * rho * jac
+                out += [wr.sum(), (wr * u[:, 0]).sum(), (wr * u[:, 1]).sum(), (wr * (u * u).sum(1)).sum()]
+    return out
+
+
+def bernstein_segment_integral(a, b, coefficients, lo=(0.0, 0.0), hi=(1.0, 1.0), order=8):
+    """``int rho ds`` along the segment ``[a, b]`` of the Bernstein density: the segment cut
+    at every grid line, Gauss-Legendre on each part."""
+    c = np.asarray(coefficients, float)
+    n0, n1, _ = c.shape
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    d = b - a
+    cuts = [0.0, 1.0]
+    for axis, count in ((0, n0), (1, n1)):
+        if d[axis] != 0:
+            lines = np.linspace(lo[axis], hi[axis], count + 1)
+            t = (lines - a[axis]) / d[axis]
+            cuts += list(t[(t > 0) & (t < 1)])
+    cuts = np.sort(cuts)
+    x, w = np.polynomial.legendre.leggauss(order)
+    total = 0.0
+    for t0, t1 in zip(cuts[:-1], cuts[1:]):
+        t = t0 + (t1 - t0) * 0.5 * (x + 1.0)
+        pts = a + t[:, None] * d
+        mid = a + 0.5 * (t0 + t1) * d
+        cell_lo = np.floor((mid - lo) / (np.asarray(hi) - lo) * [n0, n1]) / [n0, n1] * (np.asarray(hi) - lo) + lo
+        cell_hi = cell_lo + (np.asarray(hi) - lo) / [n0, n1]
+        rho = bernstein_density(np.clip(pts, cell_lo, cell_hi), c, lo, hi)
+        total += 0.5 * (t1 - t0) * (w * rho).sum() * np.linalg.norm(d)
+    return total

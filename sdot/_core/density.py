@@ -17,10 +17,12 @@ each taking the array namespace ``xp`` first:
 - ``normalised(centre, scale)``: the density in the coordinates ``(x - centre) / scale``,
   with the same total mass.
 
-``lo`` and ``hi`` (its fields) bound the domain, where the cells live. The only kind
-today is :class:`PixelDensity`; a Bernstein or spline grid is another
-``NamedTuple`` with the same methods. Pixels (2D), voxels (3D) and segments (1D) are
-the same kind: only the integrals depend on the dimension.
+``lo`` and ``hi`` (its fields) bound the domain, where the cells live. The kinds:
+:class:`PixelDensity` (a constant per grid cell) and :class:`BernsteinDensity` (a polynomial
+of degree ``p`` per axis on each grid cell); :func:`grid_density` picks the one of an array of
+values. Pixels (2D), voxels (3D) and segments (1D) are the same kind: only the integrals
+depend on the dimension. Both expose their parameters as ``values`` (the array whose
+gradient ``potential_integrals`` gives).
 """
 from __future__ import annotations
 
@@ -58,21 +60,93 @@ class PixelDensity(NamedTuple):
 
     def support_box(self, xp):
         """``(lo, hi)``: the smallest box of whole pixels that holds every pixel of positive value."""
-        values, lo, hi = self.values, self.lo, self.hi
-        shape = xp.asarray(values.shape, dtype=lo.dtype, device=aac.device(lo))
-        box_lo, box_hi = [], []
-        d = values.ndim
-        for axis in range(d):
-            others = tuple(a for a in range(d) if a != axis)
-            full = xp.astype(xp.any(values > 0, axis=others), xp.int8)      # slices with mass
-            first = xp.astype(xp.argmax(full), lo.dtype)
-            last = shape[axis] - 1 - xp.astype(xp.argmax(xp.flip(full)), lo.dtype)
-            step = (hi[axis] - lo[axis]) / shape[axis]
-            box_lo.append(lo[axis] + first * step)
-            box_hi.append(lo[axis] + (last + 1.0) * step)
-        return xp.stack(box_lo), xp.stack(box_hi)
+        return _box_of_cells(xp, self.values > 0, self.lo, self.hi)
 
     def normalised(self, centre, scale):
         """The density in the coordinates ``(x - centre) / scale``: the box moved and
         scaled, the values times ``scale^d`` (the total mass is unchanged)."""
         return PixelDensity(self.values * scale ** self.values.ndim, (self.lo - centre) / scale, (self.hi - centre) / scale)
+
+
+def _box_of_cells(xp, positive, lo, hi):
+    """``(lo, hi)``: the smallest box of whole grid cells of the box ``[lo, hi]`` that holds
+    every cell where ``positive`` (a boolean array of the grid's shape)."""
+    shape = xp.asarray(positive.shape, dtype=lo.dtype, device=aac.device(lo))
+    box_lo, box_hi = [], []
+    d = positive.ndim
+    for axis in range(d):
+        others = tuple(a for a in range(d) if a != axis)
+        full = xp.astype(xp.any(positive, axis=others), xp.int8)           # slices with mass
+        first = xp.astype(xp.argmax(full), lo.dtype)
+        last = shape[axis] - 1 - xp.astype(xp.argmax(xp.flip(full)), lo.dtype)
+        step = (hi[axis] - lo[axis]) / shape[axis]
+        box_lo.append(lo[axis] + first * step)
+        box_hi.append(lo[axis] + (last + 1.0) * step)
+    return xp.stack(box_lo), xp.stack(box_hi)
+
+
+def grid_density(values, lo, hi):
+    """The density kind of grid ``values`` on the box ``[lo, hi]`` (each (d,)): a
+    :class:`PixelDensity` if ``values`` has ``d`` axes, else a :class:`BernsteinDensity` (its
+    last axis the ``(p+1)^d`` Bernstein coefficients of each grid cell)."""
+    if values.ndim == lo.shape[0]:
+        return PixelDensity(values, lo, hi)
+    return BernsteinDensity(values, lo, hi)
+
+
+def _bernstein_kernels(seeds):
+    """The integrate module of the geometry of ``seeds``, if it integrates Bernstein grids."""
+    module = geometry.of_seeds(seeds).integrate
+    if not hasattr(module, "bernstein_cell_integrals"):
+        raise NotImplementedError(f"PolynomialGrid of degree p > 0 is not supported yet in {seeds.shape[1]}D: "
+                                  "use one value per grid cell")
+    return module
+
+
+class BernsteinDensity(NamedTuple):
+    """A density polynomial of degree ``p`` per axis on each cell of a regular grid over the
+    box ``[lo, hi]`` (each of shape (d,)).
+
+    ``coefficients`` (n_0, ..., n_{d-1}, (p+1)^d) are the Bernstein coefficients of each grid
+    cell, in C order (SPEC.md, ``PolynomialGrid``): in the cell's coordinates ``t`` in
+    ``[0, 1]^d``, ``rho = sum_k c[..., k] prod_a B(k_a, p, t_a)``, ``B(k, p, t) = C(p, k) t^k
+    (1 - t)^(p - k)``. The cell's mean is the mean of its coefficients.
+    """
+
+    coefficients: object
+    lo: object
+    hi: object
+
+    @property
+    def values(self):
+        """The parameters of the density (its ``coefficients``), as the protocol names them."""
+        return self.coefficients
+
+    def integrals(self, xp, seeds, cells):
+        """``(moments, facet)``: see :func:`.planar.bernstein.bernstein_cell_integrals`."""
+        return _bernstein_kernels(seeds).bernstein_cell_integrals(xp, seeds, cells, self.coefficients, self.lo, self.hi)
+
+    def potential_integrals(self, xp, seeds, cells, psi):
+        """Per grid cell and basis function ``int B_k phi``, ``phi(x) = |x - y_i|^2 - psi_i`` on
+        cell i: see :func:`.planar.bernstein.bernstein_potential_integrals`."""
+        return _bernstein_kernels(seeds).bernstein_potential_integrals(
+            xp, seeds, cells, psi, self.lo, self.hi, tuple(self.coefficients.shape))
+
+    def blurred(self, xp, width):
+        """The cell means blurred to ``width`` (:func:`.continuation.blurred`), each the constant
+        polynomial of its cell (all its coefficients equal): a path for the continuation, whose
+        last stage solves the density itself."""
+        c = self.coefficients
+        means = continuation.blurred(xp, xp.mean(c, axis=-1), width, self.lo, self.hi)
+        return self._replace(coefficients=xp.broadcast_to(means[..., None], c.shape))
+
+    def support_box(self, xp):
+        """``(lo, hi)``: the smallest box of whole grid cells that holds every cell with a
+        positive coefficient (the density is positive inside such a cell, 0 on the others)."""
+        return _box_of_cells(xp, xp.any(self.coefficients > 0, axis=-1), self.lo, self.hi)
+
+    def normalised(self, centre, scale):
+        """The density in the coordinates ``(x - centre) / scale``: the box moved and scaled,
+        the coefficients times ``scale^d`` (the total mass is unchanged)."""
+        d = self.coefficients.ndim - 1
+        return BernsteinDensity(self.coefficients * scale ** d, (self.lo - centre) / scale, (self.hi - centre) / scale)

@@ -30,7 +30,7 @@ from typing import NamedTuple
 import array_api_compat as aac
 
 from . import _compat, geometry, newton
-from .density import PixelDensity
+from .density import grid_density
 from .gradients import GradientState, gradients
 
 #: Regulariser of the Newton matrix in the derivative's solve (times its mean diagonal):
@@ -73,8 +73,26 @@ class Facets(NamedTuple):
     f2: object
 
 
+def supported(lin):
+    """Whether the derivatives of the plan of ``lin`` are written: a density constant on each grid
+    cell (the facet moments of a polynomial grid, degree p > 0, are not)."""
+    return lin.values.ndim == lin.seeds.shape[1]
+
+
+def require_cell_constants(lin):
+    """Raise ``NotImplementedError`` unless ``lin``'s density is constant on each grid cell:
+    the facet moments of a polynomial grid (degree p > 0) are not written yet."""
+    if not supported(lin):
+        raise NotImplementedError(
+            "sdot: the derivatives of the transport plan (barycenters, brenier_potential, cell_masses, the second "
+            "derivatives of the distance, its derivative with respect to the domain) are not supported yet for "
+            "polynomial grids of degree p > 0 (PolynomialGrid with Bernstein coefficients); the first derivatives "
+            "of the distance with respect to the positions, the masses and the values are")
+
+
 def facets(xp, lin):
     """The :class:`Facets` of ``lin``'s cells (eagerly the slots with a neighbour only)."""
+    require_cell_constants(lin)
     geom = geometry.of_seeds(lin.seeds)
     f0, f1, f2 = geom.integrate.facet_moments(xp, lin.seeds, lin.cells, lin.values, lin.lo, lin.hi)
     n, cap = lin.cells.labels.shape
@@ -139,7 +157,7 @@ def _solve(xp, lin, rhs, solver, fresh=True):
 
 
 def _density(lin, values):
-    return PixelDensity(values, lin.lo, lin.hi)
+    return grid_density(values, lin.lo, lin.hi)
 
 
 def tangents(xp, lin, fac, dx, solver, wanted=Tangents(True, True, True, True, True), fresh=True):
