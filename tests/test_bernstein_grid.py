@@ -57,7 +57,8 @@ def integrals(b, seeds, cells, coefficients, lo, hi):
 def quadrature(seeds, psi, coefficients, lo, hi, vertices, count):
     """Cell moments and edge integrals by :mod:`reference` (scipy's cells; the edges of ``vertices``)."""
     polys = reference.laguerre_cells(seeds, psi, lo, hi)
-    moments = np.array([reference.bernstein_cell_moments(p, seeds[i], coefficients, lo, hi) for i, p in enumerate(polys)])
+    moments = np.array([reference.bernstein_cell_moments(p, seeds[i], coefficients, lo, hi)
+                        for i, p in enumerate(polys)])
     facet = np.zeros(vertices.shape[:2])
     for i in range(len(seeds)):
         k = int(count[i])

@@ -26,10 +26,8 @@ cell from its left side, in that cell's coordinates. Along a piece ``x`` and ``y
 ``F`` is a polynomial of degree ``2p + 3`` at most: Gauss-Legendre with ``p + 2`` points is
 exact. The density along the facets (the Newton matrix) is of degree ``2p`` there.
 
-The transpose (:func:`bernstein_polynomial_integrals`, the gradient of W2^2 with respect to
-the coefficients) runs the same walk and takes each term back to the ``a`` it reads (the
-piece's cell directly, the prefix tables by a reverse cumulative sum along the rows), then
-to ``c`` by the transposed change of basis.
+The transpose of these integrals (the gradient of W2^2 with respect to the coefficients)
+runs the same walk: :mod:`.bernstein_transpose`.
 """
 from __future__ import annotations
 
@@ -41,7 +39,6 @@ import array_api_compat as aac
 from .. import _compat
 from ..moments import about_seeds
 from .integrate import _Edges, _far_origins, _Grid, _visit_pieces
-from .sensitivity import _moved_coefficients
 
 
 @functools.lru_cache(maxsize=None)
@@ -139,9 +136,9 @@ def _clamp01(xp, t):
 
 class _PieceFrame:
     """What the walk reads of one piece, the same for the moments and their transpose: the
-    grid cell's monomial coefficients' flat index, the piece's prefix-table rows, its corner
-    relative to the seed ``(U, V)``, the seed's abscissa, and the Gauss nodes along it
-    ``(u, v, t0, t1)`` with their weights times ``dv`` (zero where the piece is not live)."""
+    flat index of its grid cell, its columns in the row tables (its cell's, the seed's), the
+    cell's lower-left corner relative to the seed ``(ul, vb)``, ``dv`` and its length (zero
+    where the piece is not live), and the Gauss nodes along it ``(u, v, t0, t1, weight)``."""
 
     def __init__(self, xp, grid, piece, dx, dy, lo, seed_y, nodes, weights):
         self.cell_index = piece.ix * grid.shape[1] + piece.iy
@@ -279,137 +276,3 @@ def _edge_integrals(xp, seeds, e, mono, tables, lo, hi):
     zero = xp.zeros(e.slot.shape, dtype=seeds.dtype, device=aac.device(seeds))
     acc, facet = _visit_pieces(xp, e, shape, visit, ((zero,) * 5, zero))
     return xp.stack([e.per_cell(xp, a) for a in acc], axis=1), e.per_slot(xp, facet)
-
-
-def bernstein_potential_integrals(xp, seeds, cells, psi, lo, hi, coefficient_shape):
-    """Per grid cell and basis function ``k``, ``sum_i int_{L_i & cell} B_k (|x - y_i|^2 - psi_i)``,
-    shape ``coefficient_shape`` (n0, n1, (p+1)^2): the derivative of
-    ``Q = sum_i int_{L_i} (|x - y_i|^2 - psi_i) rho`` with respect to the Bernstein
-    coefficients (cells fixed), :func:`bernstein_polynomial_integrals` of ``(-psi, 0, 0, 1)``."""
-    zero = xp.zeros_like(psi)
-    coefficients = xp.stack([-psi, zero, zero, xp.ones_like(psi)], axis=1)
-    return bernstein_polynomial_integrals(xp, seeds, cells, coefficients, lo, hi, coefficient_shape)
-
-
-def bernstein_polynomial_integrals(xp, seeds, cells, coefficients, lo, hi, coefficient_shape):
-    """Per grid cell and basis function ``B_k`` (``B(k0, p, t0) B(k1, p, t1)``),
-    ``sum_i int_{L_i & cell} B_k (a_i + b_i . u + c_i |u|^2) dx``, ``u = x - y_i``.
-
-    Parameters
-    ----------
-    xp : module
-        Array namespace.
-    seeds : array (n, 2)
-        The seeds.
-    cells : Cells
-        Their cells (``vertices`` relative to the seeds, ``count``).
-    coefficients : array (n, 4)
-        ``(a_i, b_ix, b_iy, c_i)`` per cell.
-    lo, hi : array (2,)
-        The box.
-    coefficient_shape : tuple of int
-        ``(n0, n1, (p+1)^2)``, the shape of the density's Bernstein coefficients.
-
-    Returns
-    -------
-    array of shape ``coefficient_shape``
-        The transpose of the map from the Bernstein coefficients to the cell moments of
-        :func:`bernstein_cell_integrals`: ``sum(result * c) == sum(coefficients * moments(c))``.
-    """
-    n0, n1, nn = (int(s) for s in coefficient_shape)
-    n = math.isqrt(nn)
-    origin = _far_origins(xp, cells.vertices, cells.count)
-    vertices = cells.vertices
-    if origin is not None:
-        seeds, vertices = seeds + origin, vertices - origin[:, None, :]
-        coefficients = _moved_coefficients(xp, coefficients, origin)
-    kernel = lambda s, v, c, k: _polynomial_parts(xp, s, v, c, k, lo, hi, (n0, n1, nn))
-    g_tables, g_mono = _compat.blockwise(xp, kernel, seeds, vertices, cells.count, coefficients)
-    g_mono = _tables_to_monomials(xp, xp.sum(g_tables, axis=0), lo, hi, n0, n1, n) \
-        + xp.reshape(xp.permute_dims(xp.reshape(xp.sum(g_mono, axis=0), (n, n, n0, n1)), (2, 3, 0, 1)), (n0, n1, nn))
-    # a = M^T c M: dQ/dc = M (dQ/da) M^T
-    m = _change_of_basis(xp, n - 1, g_mono)
-    g = xp.matmul(xp.matmul(m, xp.reshape(g_mono, (n0, n1, n, n))), xp.permute_dims(m, (1, 0)))
-    return xp.reshape(g, (n0, n1, nn))
-
-
-@_compat.jit_on_jax("shape")
-def _polynomial_parts(xp, seeds, vertices, count, coefficients, lo, hi, shape):
-    """The derivatives of :func:`bernstein_polynomial_integrals`' sum with respect to the row
-    tables ``(1, 3 n, n1 (n0 + 1))`` (the layout of :func:`row_tables`) and to the monomial
-    coefficients read directly ``(1, n^2, n0 n1)``, of the cells ``(vertices, count)``."""
-    n0, n1, nn = shape
-    n = math.isqrt(nn)
-    dev = aac.device(seeds)
-    rows_t = n1 * (n0 + 1)
-    g_tables = xp.zeros((rows_t * 3 * n,), dtype=seeds.dtype, device=dev)
-    g_mono = xp.zeros((n0 * n1 * nn,), dtype=seeds.dtype, device=dev)
-    nodes, weights = gauss_legendre(n + 1)
-    lines_t = xp.arange(3 * n, dtype=xp.int64, device=dev)[:, None] * rows_t
-    lines_m = xp.arange(nn, dtype=xp.int64, device=dev)[:, None] * (n0 * n1)
-    edges = _Edges(xp, seeds, vertices, count, lo, hi, (n0, n1))
-    for e in edges.groups(xp):
-        grid = _Grid(xp, seeds, e, (n0, n1), lo, hi)
-        dx, dy = grid.dx, (hi[1] - lo[1]) / n1
-        sx, sy = grid.sx, xp.take(seeds[:, 1], e.cell)
-        ca, cbx, cby, cc = (xp.take(coefficients[:, k], e.cell) for k in range(4))
-
-        def visit(piece, acc):
-            g_tables, g_mono = acc
-            f = _PieceFrame(xp, grid, piece, dx, dy, lo, sy, nodes, weights)
-            ul = f.ul
-            on_tables = [[None] * n for _ in range(3)]      # d/dT_m[r1] at the piece's cell (+), seed's (-)
-            on_mono = [[None] * n for _ in range(n)]        # d/da[r0, r1]
-            for u, v, t0, t1, w in f.nodes:
-                wd = w * f.dv
-                h0, h1, h2 = wd * (ca + v * (cby + cc * v)), wd * cbx, wd * cc
-                # Pre_0 = D_0, Pre_1 = D_1 - s D_0, Pre_2 = D_2 - 2 s D_1 + s^2 D_0
-                eta = (h0 - sx * (h1 - sx * h2), h1 - 2.0 * sx * h2, h2)
-                # the piece's own cell: sum_b lambda_b K_b
-                lam = (dx * (h0 + ul * (h1 + ul * h2)), dx * dx * (h1 + 2.0 * ul * h2), dx * dx * dx * h2)
-                t2 = t0 * t0
-                powers = (t0, t2, t2 * t0)
-                t0_r = None                                  # t0^r0
-                mu = []                                      # d/da[r0, r1] = mu[r0] t1^r1
-                for r0 in range(n):
-                    k = sum(lam[b] * (powers[b] * (1.0 / (r0 + b + 1))) for b in range(3))
-                    mu.append(k if t0_r is None else k * t0_r)
-                    t0_r = t0 if t0_r is None else t0_r * t0
-                t1_r = None                                  # t1^r1
-                for r1 in range(n):
-                    for m in range(3):
-                        term = eta[m] if t1_r is None else eta[m] * t1_r
-                        on_tables[m][r1] = term if on_tables[m][r1] is None else on_tables[m][r1] + term
-                    for r0 in range(n):
-                        term = mu[r0] if t1_r is None else mu[r0] * t1_r
-                        on_mono[r0][r1] = term if on_mono[r0][r1] is None else on_mono[r0][r1] + term
-                    t1_r = t1 if t1_r is None else t1_r * t1
-            t = xp.stack([on_tables[m][r1] for m in range(3) for r1 in range(n)])     # (3n, P)
-            at = xp.concat([f.at_pixel, f.at_seed])[None, :] + lines_t
-            g_tables = g_tables + _compat.segment_sum(xp, xp.reshape(xp.concat([t, -t], axis=1), (-1,)),
-                                                      xp.reshape(at, (-1,)), rows_t * 3 * n)
-            mono = xp.stack([on_mono[r0][r1] for r0 in range(n) for r1 in range(n)])  # (n^2, P)
-            at = f.cell_index[None, :] + lines_m
-            g_mono = g_mono + _compat.segment_sum(xp, xp.reshape(mono, (-1,)), xp.reshape(at, (-1,)), n0 * n1 * nn)
-            return g_tables, g_mono
-
-        g_tables, g_mono = _visit_pieces(xp, e, (n0, n1), visit, (g_tables, g_mono))
-    return xp.reshape(g_tables, (1, 3 * n, rows_t)), xp.reshape(g_mono, (1, nn, n0 * n1))
-
-
-def _tables_to_monomials(xp, g_tables, lo, hi, n0, n1, n):
-    """The monomial coefficients' share of the derivatives with respect to the row tables,
-    ``(n0, n1, n^2)``: ``T_m[j, i] = sum_{k < i} band_m[k, j]`` gives
-    ``dQ/dband_m[k, j] = sum_{i > k} dQ/dT_m[j, i]``, and ``band_m[k, j, r1] = sum_r0
-    beta[m, k, r0] a[k, j, r0, r1]`` gives ``dQ/da[k, j, r0, r1] = sum_m beta[m, k, r0]
-    dQ/dband_m[k, j, r1]``."""
-    g = xp.permute_dims(xp.reshape(g_tables, (3, n, n1, n0 + 1)), (2, 3, 0, 1))             # (n1, n0 + 1, 3, n)
-    after = xp.flip(xp.cumulative_sum(xp.flip(g, axis=1), axis=1), axis=1)[:, 1:, ...]   # (n1, n0, 3, n)
-    beta = _band_integrals(xp, lo, hi, n0, n, g_tables)                                  # (3, n0, n)
-    # out[k, j, r0, r1] = sum_m beta[m, k, r0] after[j, k, m, r1]
-    after = xp.permute_dims(after, (1, 0, 2, 3))                                         # (n0, n1, 3, n)
-    out = None
-    for m in range(3):
-        term = beta[m, :, :][:, None, :, None] * after[:, :, m:m + 1, :]
-        out = term if out is None else out + term
-    return xp.reshape(out, (n0, n1, n * n))

@@ -362,5 +362,5 @@ def potential_integrals(xp, seeds, cells, psi, lo, hi, density_shape):
 # the integrals of the implicit differentiation, reached as ``integrate.<name>`` (they use the walk above)
 from .sensitivity import axis_second_moments, facet_moments, polynomial_integrals  # noqa: E402, F401
 # the integrals of a Bernstein grid density (degree p per axis), by the same walk
-from .bernstein import (bernstein_axis_second_moments, bernstein_cell_integrals,  # noqa: E402, F401
-                        bernstein_polynomial_integrals, bernstein_potential_integrals)
+from .bernstein import bernstein_axis_second_moments, bernstein_cell_integrals  # noqa: E402, F401
+from .bernstein_transpose import bernstein_polynomial_integrals, bernstein_potential_integrals  # noqa: E402, F401
