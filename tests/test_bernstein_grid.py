@@ -269,7 +269,8 @@ def gradient_problem():
 
 def test_gradients_match_finite_differences_and_agree_across_frameworks(sdot_driver):
     """d W2^2 / d(positions, masses, coefficients) from torch against central finite differences
-    of NumPy solves (FP64, tol 1e-13), and JAX's (eager) equal to torch's to 1e-10."""
+    of NumPy solves (FP64, tol 1e-13), and ``torch.func.grad``'s and JAX's (eager) equal to
+    torch's to 1e-10."""
     import torch
 
     jax = pytest.importorskip("jax")
@@ -291,6 +292,10 @@ def test_gradients_match_finite_differences_and_agree_across_frameworks(sdot_dri
     d.backward()
     torch_grads = [a.grad.numpy() for a in args]
     np.testing.assert_allclose([torch_grads[a][i] for a, i in entries], fd, rtol=1e-6, atol=1e-9)
+    func_grads = torch.func.grad(lambda *a: sdot.distance(sdot.SumOfWeightedDiracs(a[0], a[1]), sdot.PolynomialGrid(a[2]),
+                                                          tol=1e-13), argnums=(0, 1, 2))(*map(torch.tensor, (x, w, c)))
+    for got, want in zip(func_grads, torch_grads):
+        np.testing.assert_allclose(got.numpy(), want, rtol=0, atol=1e-10)
     jnp = jax.numpy
     jax_grads = jax.grad(lambda *a: sdot.distance(sdot.SumOfWeightedDiracs(a[0], a[1]), sdot.PolynomialGrid(a[2]),
                                                   tol=1e-13), argnums=(0, 1, 2))(*map(jnp.asarray, (x, w, c)))
@@ -321,8 +326,8 @@ def test_jax_jit_vmap_and_grad(sdot_driver):
 def test_plan_derivatives_are_refused_not_zero(sdot_driver):
     """The plan's derivatives (implicit differentiation) need facet moments of the polynomial
     density, not written yet: NumPy's ``jvp``, torch's backward of the barycentres and its
-    double backward, and JAX's gradient of the barycentres raise, naming the polynomial grids;
-    the first derivatives of the distance stay available."""
+    double backward, ``torch.func.grad`` of the barycentres and JAX's gradient of them raise,
+    naming the polynomial grids; the first derivatives of the distance stay available."""
     import torch
 
     jax = pytest.importorskip("jax")
@@ -339,6 +344,9 @@ def test_plan_derivatives_are_refused_not_zero(sdot_driver):
     (g,) = torch.autograd.grad(d, tx, create_graph=True)
     with pytest.raises(NotImplementedError, match="polynomial grids"):
         g.sum().backward()
+    with pytest.raises(NotImplementedError, match="polynomial grids"):
+        torch.func.grad(lambda y: sdot.barycenters(sdot.SumOfDiracs(y), sdot.PolynomialGrid(torch.tensor(c))).sum())(
+            torch.tensor(x))
     jnp = jax.numpy
     with pytest.raises(Exception, match="polynomial grids"):
         jax.grad(lambda y: jnp.sum(sdot.barycenters(sdot.SumOfDiracs(y), sdot.PolynomialGrid(c))))(jnp.asarray(x))
