@@ -18,6 +18,10 @@ exposes what the dimension-free core asks of the cells:
   ``integrate.polynomial_integrals(xp, seeds, cells, coefficients, lo, hi, shape)`` and
   ``integrate.axis_second_moments(xp, seeds, cells, values, lo, hi)`` (2D:
   :mod:`.planar.sensitivity`);
+- optionally, for grids of Bernstein polynomials (:class:`.density.BernsteinDensity`),
+  ``integrate.bernstein_cell_integrals(xp, seeds, cells, coefficients, lo, hi)`` and
+  ``integrate.bernstein_potential_integrals(xp, seeds, cells, psi, lo, hi, coefficient_shape)``
+  (2D: :mod:`.planar.bernstein`, :mod:`.planar.bernstein_transpose`);
 - optionally ``solve(xp, prob, active, targets, log=)``: a direct solve that replaces the
   Newton loop (1D, :mod:`.linear`: the sorted closed form), a :class:`.newton.Solution`
   in the problem's units.

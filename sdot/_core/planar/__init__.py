@@ -20,8 +20,11 @@ that clip them), :mod:`.kinetic` (the kinetic update and the rebuild), :mod:`.ag
 (which cells disagree with their neighbours), :mod:`.repair` (until the area
 certificate holds), :mod:`.diagram` (all of these together), :mod:`.hiding`, and
 :mod:`.integrate` (exact integrals of a piecewise-constant grid density over the
-cells, used by :class:`..density.PixelDensity`) and :mod:`.sensitivity` (the integrals of
-the plan's implicit differentiation, by the same walk; reached through :mod:`.integrate`).
+cells, used by :class:`..density.PixelDensity`), :mod:`.sensitivity` (the integrals of
+the plan's implicit differentiation, by the same walk), :mod:`.bernstein` and
+:mod:`.bernstein_transpose` (exact integrals of a grid of Bernstein polynomials and their
+transpose, by the same walk, used by :class:`..density.BernsteinDensity`); the last three are
+reached through :mod:`.integrate`.
 """
 from __future__ import annotations
 
