@@ -83,8 +83,10 @@ def test_doc_examples_run(path, tmp_path):
                                    "--out", "quantization.png"],
                                   ["laguerre_picture.py", "--out", "laguerre.png"],
                                   ["power_diagram_3d.py", "--n", "30", "--out", "laguerre3d.png"],
-                                  ["centroidal.py", "--n", "60", "--iterations", "8"]],
-                         ids=["quickstart", "quantization", "laguerre-picture", "power-diagram-3d", "centroidal"])
+                                  ["centroidal.py", "--n", "60", "--iterations", "8"],
+                                  ["smooth_densities.py", "--n", "30", "--steps", "3", "--out", "densities.png"]],
+                         ids=["quickstart", "quantization", "laguerre-picture", "power-diagram-3d", "centroidal",
+                              "smooth-densities"])
 def test_examples_run(args, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SDOT_")}
     env.update(MPLBACKEND="Agg", PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
@@ -95,6 +97,8 @@ def test_examples_run(args, tmp_path):
         assert (tmp_path / "laguerre.png").stat().st_size > 10_000
     if args[0] == "power_diagram_3d.py":
         assert (tmp_path / "laguerre3d.png").stat().st_size > 10_000
+    if args[0] == "smooth_densities.py":
+        assert (tmp_path / "densities.png").stat().st_size > 10_000
     if args[0] == "centroidal.py":
         line = proc.stdout.split("mean |y - b(y)|^2:")[1]
         start, final = float(line.split()[0]), float(line.split("derivative:")[1].split()[0])
