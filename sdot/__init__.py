@@ -8,6 +8,7 @@ from ._driver import driver
 from ._measures import (BatchOfSumOfDiracs, BatchOfSumOfWeightedDiracs, SumOfDiracs,
                         SumOfDiracs1d, SumOfWeightedDiracs)
 from ._grids import Grid, PolynomialGrid
+from ._grid_batches import BatchOfPolynomialGrid
 from ._api import (OtNotConverged, OtPlan, barycenters, default_tolerance, distance,
                    distances, optimal_transport_plan)
 from ._diagram import Cell, PowerDiagram
@@ -17,7 +18,7 @@ __version__ = "0.1.0"
 __all__ = [
     "driver",
     "SumOfDiracs", "SumOfWeightedDiracs", "BatchOfSumOfDiracs", "BatchOfSumOfWeightedDiracs",
-    "SumOfDiracs1d", "PolynomialGrid", "Grid",
+    "SumOfDiracs1d", "PolynomialGrid", "Grid", "BatchOfPolynomialGrid",
     "distance", "distances", "barycenters", "optimal_transport_plan", "default_tolerance",
     "OtPlan", "OtNotConverged", "PowerDiagram", "Cell",
 ]
