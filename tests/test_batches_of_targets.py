@@ -159,18 +159,19 @@ def weighted_sum(xp, d):
 
 
 def test_torch_gradients_are_the_items_gradients():
-    """d/d(positions, weights, values) of sum_i c_i W_i over a batch == c_i times the
-    gradient of item i's W2^2 alone; one source broadcast against a batch of targets sums
-    the items' gradients."""
+    """d/d(positions, weights, values, domain per item) of sum_i c_i W_i over a batch == c_i
+    times the gradient of item i's W2^2 alone; one source broadcast against a batch of
+    targets sums the items' gradients."""
     torch = pytest.importorskip("torch")
     x, w, v = problem(3)
-    xb, wb, vb = (torch.tensor(a, requires_grad=True) for a in (x, w, v))
-    d = sdot.distance(sdot.BatchOfSumOfWeightedDiracs(xb, wb), sdot.BatchOfPolynomialGrid(vb))
+    lo, hi = np.array([[0.0, 0.0], [-0.1, 0.0], [0.0, 0.05]]), np.array([[1.0, 1.0], [1.0, 1.1], [0.95, 1.0]])
+    xb, wb, vb, lob, hib = (torch.tensor(a, requires_grad=True) for a in (x, w, v, lo, hi))
+    d = sdot.distance(sdot.BatchOfSumOfWeightedDiracs(xb, wb), sdot.BatchOfPolynomialGrid(vb, domain=(lob, hib)))
     weighted_sum(torch, d).backward()
     for i in range(B):
-        xi, wi, vi = (torch.tensor(a[i], requires_grad=True) for a in (x, w, v))
-        sdot.distance(sdot.SumOfWeightedDiracs(xi, wi), sdot.Grid(vi)).backward()
-        for got, want in ((xb, xi), (wb, wi), (vb, vi)):
+        xi, wi, vi, loi, hii = (torch.tensor(a[i], requires_grad=True) for a in (x, w, v, lo, hi))
+        sdot.distance(sdot.SumOfWeightedDiracs(xi, wi), sdot.Grid(vi, domain=(loi, hii))).backward()
+        for got, want in ((xb, xi), (wb, wi), (vb, vi), (lob, loi), (hib, hii)):
             np.testing.assert_allclose(got.grad[i].numpy(), (i + 1) * want.grad.numpy(), rtol=1e-9, atol=1e-12)
     shared = torch.tensor(x[0], requires_grad=True)
     weighted_sum(torch, sdot.distance(sdot.SumOfDiracs(shared), sdot.BatchOfPolynomialGrid(torch.tensor(v)))).backward()
