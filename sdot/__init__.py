@@ -9,6 +9,7 @@ from ._measures import (BatchOfSumOfDiracs, BatchOfSumOfWeightedDiracs, SumOfDir
                         SumOfDiracs1d, SumOfWeightedDiracs)
 from ._grids import Grid, PolynomialGrid
 from ._spline_grid import SplineGrid
+from ._grid_batches import BatchOfPolynomialGrid, BatchOfSplineGrid
 from ._api import (OtNotConverged, OtPlan, barycenters, default_tolerance, distance,
                    distances, optimal_transport_plan)
 from ._diagram import Cell, PowerDiagram
@@ -18,7 +19,7 @@ __version__ = "0.1.0"
 __all__ = [
     "driver",
     "SumOfDiracs", "SumOfWeightedDiracs", "BatchOfSumOfDiracs", "BatchOfSumOfWeightedDiracs",
-    "SumOfDiracs1d", "PolynomialGrid", "Grid", "SplineGrid",
+    "SumOfDiracs1d", "PolynomialGrid", "Grid", "SplineGrid", "BatchOfPolynomialGrid", "BatchOfSplineGrid",
     "distance", "distances", "barycenters", "optimal_transport_plan", "default_tolerance",
     "OtPlan", "OtNotConverged", "PowerDiagram", "Cell",
 ]

@@ -11,11 +11,12 @@ from dataclasses import dataclass, field
 import array_api_compat as aac
 import numpy as np
 
-from . import _autodiff, _differentiable, _driver
+from . import _autodiff, _batched, _differentiable, _driver
 from ._core import _compat, gradients, newton, plan
 from ._core import geometry
 from ._core.density import grid_density
 from ._core.options import DEFAULT as NEWTON_OPTIONS
+from ._grid_batches import _BatchOfGrids
 from ._grids import PolynomialGrid
 from ._measures import _Diracs, align
 from ._diagram import PowerDiagram
@@ -67,6 +68,11 @@ class OtPlan:
     (not NumPy scalars); torch: ``torch.Tensor``; JAX: ``jax.Array`` (tracers under
     ``jit``); array_api_strict: its ``Array``. ``bool()``, ``int()`` and ``float()`` read
     them eagerly.
+
+    The plan of a batch (:func:`optimal_transport_plan` with a batch of sources, of targets
+    or both, of ``b`` items) is the plans of the items stacked: every array above has a
+    leading axis ``b`` (``converged``... have shape ``(b,)``) and ``power_diagram`` is a
+    tuple of ``b`` :class:`PowerDiagram`.
     """
 
     distance: object
@@ -111,6 +117,9 @@ class OtPlan:
         return dict(positions=positions, weights=weights, values=values, domain=(lo, hi))
 
     def _normaliser(self, what):
+        if self._normalisation is None and getattr(self.distance, "ndim", 0) == 1:
+            raise TypeError(f"OtPlan.{what} is for the plan of one source and one target: solve the "
+                            "items of a batch one by one for NumPy's derivatives")
         if self._normalisation is None:
             raise TypeError(f"OtPlan.{what} is NumPy's: differentiate torch and JAX plans with their autodiff")
         return self._normalisation
@@ -153,11 +162,18 @@ if "jax" in sys.modules:
     _register_pytrees()
 
 
-def _check_pair(source, target):
+def _check_kinds(name, source, target):
+    """Refuse what is not a pair (or batch) of Diracs and grid, naming the function ``name``."""
     if not isinstance(source, _Diracs):
-        raise TypeError(f"source must be a sum of Diracs (SumOfDiracs, ...), got {type(source).__name__}")
-    if not isinstance(target, PolynomialGrid):
-        raise TypeError(f"target must be a PolynomialGrid or Grid, got {type(target).__name__}")
+        raise TypeError(f"{name}: source must be a sum of Diracs (SumOfDiracs, BatchOfSumOfDiracs...), "
+                        f"got {type(source).__name__}")
+    if not isinstance(target, (PolynomialGrid, _BatchOfGrids)):
+        raise TypeError(f"{name}: target must be a grid (PolynomialGrid, Grid, BatchOfPolynomialGrid...), "
+                        f"got {type(target).__name__}")
+
+
+def _check_pair(source, target, name="optimal_transport_plan"):
+    _check_kinds(name, source, target)
     if source.dim not in (1, 2, 3):
         raise NotImplementedError(f"sdot solves problems in 1, 2 and 3 dimensions; the source has dimension {source.dim}")
     target = target.with_dim(source.dim)
@@ -288,8 +304,8 @@ def optimal_transport_plan(source, target, tol=None, max_iter=300, verbose=False
 
     Parameters
     ----------
-    source : SumOfDiracs or SumOfWeightedDiracs
-    target : PolynomialGrid or Grid
+    source : SumOfDiracs, SumOfWeightedDiracs or a batch of them
+    target : PolynomialGrid, Grid or a batch of them (BatchOfPolynomialGrid)
     tol : float, optional
         Stopping tolerance on ``max_i |cell mass_i - m_i|`` (masses normalised
         to 1). Default 1e-10 in FP64, 1e-5 in FP32.
@@ -310,18 +326,58 @@ def optimal_transport_plan(source, target, tol=None, max_iter=300, verbose=False
         differentiable (torch autograd, JAX transformations; NumPy: :meth:`OtPlan.jvp`,
         :meth:`OtPlan.vjp`) with respect to the positions and masses of the Diracs and the
         values and domain of the grid, by implicit differentiation of the optimality
-        condition; ``distance`` has second derivatives.
+        condition; ``distance`` has second derivatives. With a batch on either side
+        (a batch of sources and one of targets of the same size ``b`` pair item by item;
+        a single measure is shared by every item), every array has a leading axis ``b``
+        (item ``i`` is the plan of item ``i``) and ``power_diagram`` is a tuple of ``b``
+        diagrams. NumPy, torch, array_api_strict and concrete JAX arrays loop over the items;
+        traced JAX arrays (under ``jax.jit``, ``jax.vmap``) run one ``jax.vmap`` of the solve.
     """
-    return _plan(source, target, tol, max_iter, verbose, raise_on_failure, orders=1)
+    return _plan("optimal_transport_plan", _PLAN_FIELDS, source, target, tol=tol, max_iter=max_iter,
+                 verbose=verbose, raise_on_failure=raise_on_failure)
 
 
-def _plan(source, target, tol=None, max_iter=300, verbose=False, raise_on_failure=True, orders=1):
-    """:func:`optimal_transport_plan`, whose arrays are differentiated at most ``orders`` times
-    under ``torch.func`` (2 for :func:`distance`: its rule is the plan's first derivatives)."""
+_OPTIONS = ("tol", "max_iter", "verbose", "raise_on_failure")
+
+
+def _plan(name, keep, source, target, orders=1, **options):
+    """The :class:`OtPlan` of the public function ``name``. For batches, one plan per item,
+    stacked; under ``jax.vmap`` only the fields ``keep`` are computed (the others are None).
+    Its arrays are differentiated at most ``orders`` times under ``torch.func`` (2 for
+    :func:`distance`: its rule is the plan's first derivatives)."""
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise TypeError(f"{name}() got unexpected keyword arguments {unknown}; its options are those of "
+                        f"optimal_transport_plan: {', '.join(_OPTIONS)}")
+    tol, max_iter, verbose, raise_on_failure = (options.get(k, default) for k, default in
+                                                zip(_OPTIONS, (None, 300, False, True)))
     tol, max_iter = _check_options(tol, max_iter)
+    _check_kinds(name, source, target)
+    if not (_batched.is_batch(source) or _batched.is_batch(target)):
+        return _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orders)
+    b = _batched.batch_size(name, source, target)
+    failures = []
+
+    def solve(source, target):
+        try:
+            out = _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orders)
+        except OtNotConverged as failure:
+            out = failure.plan
+            failures.append(str(failure))
+        return {f: getattr(out, f) for f in _PLAN_FIELDS}
+
+    out = OtPlan(**{**dict.fromkeys(_PLAN_FIELDS), **_batched.over_items(solve, *align(source, target), b, keep)})
+    if failures:
+        bad = np.flatnonzero(~_driver._to_host(_autodiff.detach(out.converged))).tolist()
+        raise OtNotConverged(f"{name}: {len(bad)} of the {b} items of the batch did not converge "
+                             f"(items {bad}); item {bad[0]}: {failures[0]}", out)
+    return out
+
+
+def _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orders):
+    """The plan of one source and one target (``tol`` and ``max_iter`` checked; ``orders``:
+    see :func:`_plan`)."""
     source, target = _check_pair(source, target)
-    if source.batched:
-        raise ValueError("optimal_transport_plan takes one source; use distances() for batches")
     xp, prob = _problem(source, target)
     tol = default_tolerance() if tol is None else tol
     if _autodiff.transformed(prob.seeds, prob.masses, *prob.density):   # torch.func: per item, checked there
@@ -594,45 +650,36 @@ _PLAN_ARRAYS = ("barycenters", "cell_masses", "brenier_potential", "converged", 
 
 
 def distance(source, target, **options):
-    """W2^2 between ``source`` and ``target``: a scalar, or shape ``(b,)`` for a batch.
+    """W2^2 between ``source`` and ``target``: a scalar, or shape ``(b,)`` for batches.
 
+    With a batch on either side, item ``i`` is W2^2 of item ``i`` of the batch of sources
+    and item ``i`` of the batch of targets; a single source or target is shared by every
+    item (broadcast). Batches of different sizes raise ``ValueError``.
     Differentiable twice with respect to the Dirac positions and masses and the grid
     values, once with respect to the grid's domain (torch autograd, double backward
-    included; JAX ``grad``, ``jvp``, ``hessian``, ``jit``, ``vmap``, ``scan``).
+    included; JAX ``grad``, ``jvp``, ``hessian``, ``jit``, ``vmap``, ``scan``), item by item.
     ``options`` are those of :func:`optimal_transport_plan`.
     """
-    if isinstance(source, _Diracs) and source.batched:
-        return distances(source, target, **options)
-    return _plan(source, target, orders=2, **options).distance
+    return _plan("distance", ("distance",), source, target, orders=2, **options).distance
 
 
-def distances(sources, target, **options):
-    """W2^2 of every item of a batch of sources (``BatchOfSumOfDiracs``...), shape ``(b,)``.
+def distances(source, target, **options):
+    """W2^2 of every item of a batch, shape ``(b,)``: :func:`distance` where at least one of
+    ``source`` (``BatchOfSumOfDiracs``...) and ``target`` (``BatchOfPolynomialGrid``...) is a
+    batch; two single measures raise ``TypeError`` (a call meant for a batch says so).
 
     Traced JAX batches (under ``jit``, ``vmap``) run as one ``jax.vmap`` of the solve; others,
     concrete JAX arrays on the CPU included, loop over the items.
     """
-    if not (isinstance(sources, _Diracs) and sources.batched):
-        raise TypeError("distances takes a BatchOfSumOfDiracs or BatchOfSumOfWeightedDiracs")
-    sources, target = align(sources, target)
-    if aac.is_jax_array(sources.positions) and _driver.host_views(sources.positions, sources.weights,
-                                                                   target.values, *target.domain) is None:
-        import jax
-
-        _driver.compute_dtype(aac.array_namespace(sources.positions))   # x64 policy first
-        return jax.vmap(lambda item: distance(item, target, **options))(_items(sources))
-    values = [distance(item, target, **options) for item in sources]
-    return _driver.namespace(*values).stack(values)
-
-
-def _items(batch):
-    """The batch as one unbatched measure whose arrays keep the batch axis (for ``vmap``)."""
-    item = batch[0]
-    item._positions, item._weights = batch.positions, batch._weights
-    return item
+    if not (_batched.is_batch(source) or _batched.is_batch(target)):
+        raise TypeError("distances takes a batch of sources (BatchOfSumOfDiracs, BatchOfSumOfWeightedDiracs) "
+                        "or of targets (BatchOfPolynomialGrid), or both; use distance for one pair, got "
+                        f"{type(source).__name__} and {type(target).__name__}")
+    return _plan("distances", ("distance",), source, target, orders=2, **options).distance
 
 
 def barycenters(source, target, **options):
-    """Barycentre of each Dirac's Laguerre cell under ``target``, shape ``(n, d)``;
-    differentiable like :attr:`OtPlan.barycenters`."""
-    return optimal_transport_plan(source, target, **options).barycenters
+    """Barycentre of each Dirac's Laguerre cell under ``target``, shape ``(n, d)``
+    (``(b, n, d)`` for batches, paired as in :func:`distance`); differentiable like
+    :attr:`OtPlan.barycenters`. ``options`` are those of :func:`optimal_transport_plan`."""
+    return _plan("barycenters", ("barycenters",), source, target, **options).barycenters
