@@ -6,7 +6,12 @@ the slots) in closed form, by the tetrahedra of :func:`.faces.cell_integrals_of_
 For the implicit differentiation of the transport plan: :func:`facet_moments` (the density's
 moments of order 0, 1, 2 over each facet), :func:`polynomial_integrals` (per voxel, a
 quadratic polynomial per cell integrated: the transpose of ``values -> moments``) and
-:func:`axis_second_moments` (by :mod:`.sensitivity` and :mod:`.faces`)."""
+:func:`axis_second_moments` (by :mod:`.sensitivity` and :mod:`.faces`).
+
+The same integrals of a Bernstein grid (``values`` of shape ``(n0, n1, n2, (p + 1)^3)``,
+:class:`..density.BernsteinDensity` in 3D) are :func:`bernstein_cell_integrals`,
+:func:`bernstein_potential_integrals` and :func:`bernstein_polynomial_integrals`, from
+:mod:`.bernstein`."""
 from __future__ import annotations
 
 import array_api_compat as aac
@@ -14,6 +19,8 @@ import array_api_compat as aac
 from .. import _compat
 from ..moments import FAR, about_seeds
 from . import faces, sensitivity
+from .bernstein import (bernstein_cell_integrals, bernstein_polynomial_integrals,  # noqa: F401 (re-exported)
+                        bernstein_potential_integrals)
 from .polyhedra import facet_triangles, listed_triangles
 
 
