@@ -23,7 +23,7 @@ annulus ("annulus"), two separate discs ("blobs") and the square of the referenc
 square0-2d ("square0"); and Bernstein grids of degree 1 and 2 ("bern1", "bern2", a
 ``PolynomialGrid`` of 64x64 cells): the Gaussian of "gauss" sampled at each cell's control
 points ``(i + k0 / p, j + k1 / p) / 64``, its Bernstein coefficients (positive, smooth across
-cells). If ``pysdot`` is importable, it is timed on the same points (not on "bern1", "bern2").
+cells); "spline1" is ``SplineGrid(continuity=1)`` of the "gauss" image (a degree-2 grid). If ``pysdot`` is importable, it is timed on the same points (not on "bern1", "bern2").
 """
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ WARMUP = 100
 SPATIAL = ("box3d", "gauss3d")
 #: The targets of Bernstein coefficients: their degree.
 BERNSTEIN = {"bern1": 1, "bern2": 2}
+SPLINES = {"spline1": 1}              # SplineGrid(continuity=1) of the "gauss" image's 64x64 values
 
 
 def points(n, shift=0, dim=2):
@@ -74,7 +75,7 @@ def target_values(name):
         c = (np.arange(32) + 0.5) / 32
         x, y, z = np.meshgrid(c, c, c, indexing="ij")
         return 0.2 + np.exp(-((x - 0.5) ** 2 + (y - 0.5) ** 2 + (z - 0.5) ** 2) / (2 * 0.15 ** 2))
-    if name == "gauss":
+    if name == "gauss" or name in SPLINES:
         return np.load(IMAGE)
     if name in BERNSTEIN:
         p = BERNSTEIN[name]
@@ -93,7 +94,7 @@ def target_values(name):
         img = np.zeros((64, 64))
         img[20:40, 20:40] = 1.0
         return img
-    raise ValueError(f"unknown target {name!r}: box, gauss, annulus, blobs, square0, box3d, gauss3d, bern1 or bern2")
+    raise ValueError(f"unknown target {name!r}: box, gauss, annulus, blobs, square0, box3d, gauss3d, bern1, bern2 or spline1")
 
 
 def to_backend(name, a):
@@ -159,7 +160,8 @@ def run_one(backend, target, n, tol):
     if backend != "jax-jit":
         _instrument(totals)
     values = to_backend(backend, target_values(target))
-    g = sdot.PolynomialGrid(values) if target in BERNSTEIN else sdot.Grid(values)
+    g = (sdot.PolynomialGrid(values) if target in BERNSTEIN else
+         sdot.SplineGrid(values, continuity=SPLINES[target]) if target in SPLINES else sdot.Grid(values))
 
     def eager_plan(x):
         return sdot.optimal_transport_plan(sdot.SumOfDiracs(x), g, tol=tol)
@@ -202,7 +204,7 @@ def run_pysdot(target, n, tol):
         from pysdot.domain_types import ScaledImage
     except ImportError:
         return None
-    if target in SPATIAL or target in BERNSTEIN:
+    if target in SPATIAL or target in BERNSTEIN or target in SPLINES:
         return None
     x = points(n)
     values = target_values(target)
@@ -269,7 +271,7 @@ def main(argv=None):
     parser.add_argument("--backends", nargs="+", default=["numpy", "torch", "jax", "jax-jit"],
                         help="jax: eager JAX arrays (solved on the host); jax-jit: the compiled solve")
     parser.add_argument("--targets", nargs="+", default=["box", "gauss"],
-                        choices=["box", "gauss", "annulus", "blobs", "square0", "box3d", "gauss3d", "bern1", "bern2"])
+                        choices=["box", "gauss", "annulus", "blobs", "square0", "box3d", "gauss3d", "bern1", "bern2", "spline1"])
     parser.add_argument("--tol", type=float, default=1e-8,
                         help="max absolute cell-mass error (default 1e-8, as the C++ reference runs)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per row")
