@@ -354,7 +354,7 @@ def test_plan_derivatives_are_refused_not_zero(sdot_driver):
 
 def test_input_errors(sdot_driver):
     """Clear errors naming ``values``: a coefficient axis that is not (p+1)^2 long, negative or
-    NaN coefficients; a degree p > 0 grid in 1D is not supported."""
+    NaN coefficients; a degree p > 0 grid in 3D is not supported (1D: test_linear_bernstein.py)."""
     sdot_driver.framework = "numpy"
     x = np.random.default_rng(12).random((5, 2))
     with pytest.raises(ValueError, match="values"):
@@ -369,4 +369,4 @@ def test_input_errors(sdot_driver):
     with pytest.raises(ValueError, match="values"):
         sdot.PolynomialGrid(bad)
     with pytest.raises(NotImplementedError, match="degree 1"):
-        sdot.distance(sdot.SumOfDiracs1d(np.array([0.2, 0.7])), sdot.PolynomialGrid(np.ones((4, 2))))
+        sdot.distance(sdot.SumOfDiracs(np.random.default_rng(12).random((5, 3))), sdot.PolynomialGrid(np.ones((2, 2, 2, 8))))

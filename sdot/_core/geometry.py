@@ -21,7 +21,7 @@ exposes what the dimension-free core asks of the cells:
 - optionally, for grids of Bernstein polynomials (:class:`.density.BernsteinDensity`),
   ``integrate.bernstein_cell_integrals(xp, seeds, cells, coefficients, lo, hi)`` and
   ``integrate.bernstein_potential_integrals(xp, seeds, cells, psi, lo, hi, coefficient_shape)``
-  (2D: :mod:`.planar.bernstein`, :mod:`.planar.bernstein_transpose`);
+  (2D: :mod:`.planar.bernstein`, :mod:`.planar.bernstein_transpose`; 1D: :mod:`.linear.bernstein`);
 - optionally ``solve(xp, prob, active, targets, log=)``: a direct solve that replaces the
   Newton loop (1D, :mod:`.linear`: the sorted closed form), a :class:`.newton.Solution`
   in the problem's units.

@@ -13,7 +13,8 @@ What the dimension-free core asks of a geometry (:mod:`..geometry`):
 - :func:`c_transform`, the mass gradient of a Dirac of zero mass;
 - :func:`fans` and :func:`hiding_step`, which the closed form does not use (no Newton
   damping): ``None`` and ``inf``;
-- :mod:`.integrate`: the exact integrals of a piecewise-constant density on a 1D grid.
+- :mod:`.integrate`: the exact integrals of a piecewise-constant density on a 1D grid, and
+  (:mod:`.bernstein`) of a grid of Bernstein polynomials.
 
 The cells (:class:`.cells.Intervals`): ``vertices`` (n, 2, 1) the two ends of each cell
 relative to its seed (left, right), ``labels`` (n, 2) the neighbour across each end (-1:

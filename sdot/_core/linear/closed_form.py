@@ -5,7 +5,8 @@ On a line the optimal map is monotone: sorted by position, the Diracs of positiv
 order, so the boundary between consecutive Diracs ``i < j`` is where the density's
 cumulative distribution ``F`` reaches ``C_i``, the masses of the Diracs up to i. ``F`` is
 piecewise linear (the density is constant on each grid segment) and is inverted exactly,
-segment by segment.
+segment by segment; for a grid of Bernstein polynomials of degree ``p`` it is a polynomial
+of degree ``p + 1`` on each segment, inverted to rounding (:mod:`.bernstein`).
 
 Where the level ``C_i`` falls on a flat part of ``F`` (a zero-density gap, or an end of
 the domain where the density is 0), any boundary in the gap gives the same masses: the
@@ -23,7 +24,7 @@ from __future__ import annotations
 import array_api_compat as aac
 
 from .. import _compat, newton
-from . import integrate
+from . import bernstein, integrate
 from .cells import clamp, intervals, live_order
 
 
@@ -82,15 +83,18 @@ def inverse_cdf(xp, levels, preferred, values, lo, hi):
     ``values`` on ``[lo, hi]`` reaches ``levels`` (nondecreasing): on a flat part of it (a
     zero-density gap), the point of the gap nearest to ``preferred``.
 
-    ``F`` is linear on each grid segment: ``x = e_k + (C - P_k) / c_k`` on segment ``k``
-    (``P_k`` the mass before its left edge ``e_k``), clamped into the segment (then monotone
-    in ``C``). A gap's ends are the lower and upper inverses of its level. A level within
-    ``4 eps`` of the total of a grid edge's ``P`` is moved onto it.
+    ``F`` is linear on each grid segment of constant ``values`` (n0,): ``x = e_k + (C - P_k) /
+    c_k`` on segment ``k`` (``P_k`` the mass before its left edge ``e_k``), clamped into the
+    segment (then monotone in ``C``). For Bernstein coefficients ``values`` (n0, p + 1), ``F`` is
+    a polynomial of degree ``p + 1`` on each segment, inverted by
+    :func:`.bernstein.segment_inverse`. A gap's ends are the lower and upper inverses of its
+    level. A level within ``4 eps`` of the total of a grid edge's ``P`` is moved onto it.
     """
     n0 = values.shape[0]
     dev = aac.device(values)
     edges = integrate.grid_edges(xp, lo, hi, n0)
-    masses = values * (edges[1:] - edges[:-1])
+    polynomial = values.ndim == 2                    # Bernstein coefficients (n0, p + 1)
+    masses = bernstein.segment_masses(xp, values, lo, hi) if polynomial else values * (edges[1:] - edges[:-1])
     cumulative = xp.concat([xp.zeros((1,), dtype=values.dtype, device=dev), prefix_sums(xp, masses)])
     # snap onto the mass at the nearest edge
     above = clamp(xp, xp.searchsorted(cumulative, levels), 1, n0)
@@ -99,16 +103,29 @@ def inverse_cdf(xp, levels, preferred, values, lo, hi):
     close = xp.abs(levels - nearest) <= 4.0 * xp.finfo(values.dtype).eps * cumulative[-1]
     levels = xp.where(close, nearest, levels)
 
-    def on_segment(k):
-        """The inverse on segment ``k`` (-1: before the domain, ``n0``: after it)."""
+    def on_segment(k, t=None):
+        """The inverse on segment ``k`` (-1: before the domain, ``n0``: after it); ``t`` the
+        polynomial's coordinate there (:func:`.bernstein.segment_inverse`)."""
         s = clamp(xp, k, 0, n0 - 1)
-        c, e0, e1 = xp.take(values, s), xp.take(edges, s), xp.take(edges, s + 1)
-        x = e0 + xp.where(c > 0, (levels - xp.take(cumulative, s)) / xp.where(c > 0, c, 1.0), 0.0)
+        e0, e1 = xp.take(edges, s), xp.take(edges, s + 1)
+        if polynomial:
+            if t is None:
+                t = bernstein.segment_inverse(xp, xp.take(values, s, axis=0),
+                                              (levels - xp.take(cumulative, s)) / (e1 - e0))
+            x = e0 + t * (e1 - e0)
+        else:
+            c = xp.take(values, s)
+            x = e0 + xp.where(c > 0, (levels - xp.take(cumulative, s)) / xp.where(c > 0, c, 1.0), 0.0)
         x = clamp(xp, x, e0, e1)
         return xp.where(k < 0, lo[0], xp.where(k >= n0, hi[0], x))
 
-    first = on_segment(xp.searchsorted(cumulative, levels, side="left") - 1)     # inf {x : F(x) >= C}
-    last = on_segment(xp.searchsorted(cumulative, levels, side="right") - 1)     # sup {x : F(x) <= C}
+    k_first = xp.searchsorted(cumulative, levels, side="left") - 1
+    k_last = xp.searchsorted(cumulative, levels, side="right") - 1
+    first = on_segment(k_first)                                 # inf {x : F(x) >= C}
+    if polynomial:      # sup {x : F(x) <= C}: the same point, or C is the mass at k_last's left edge
+        last = xp.where(k_last == k_first, first, on_segment(k_last, xp.zeros_like(levels)))
+    else:
+        last = on_segment(k_last)
     return xp.minimum(xp.maximum(preferred, first), xp.maximum(first, last))
 
 

@@ -168,3 +168,8 @@ def axis_second_moments(xp, seeds, cells, values, lo, hi):
     """Per cell ``int_{L_i} (x - y_i)^2 rho``, shape (n, 1): the second moment of
     :func:`cell_integrals` (one axis)."""
     return cell_integrals(xp, seeds, cells, values, lo, hi)[0][:, 2:]
+
+
+# the integrals of a Bernstein grid density (degree p per segment), by the same pieces
+from .bernstein import (bernstein_cell_integrals, bernstein_polynomial_integrals,  # noqa: E402, F401
+                        bernstein_potential_integrals)
