@@ -370,3 +370,27 @@ def test_input_errors(sdot_driver):
         sdot.PolynomialGrid(bad)
     with pytest.raises(NotImplementedError, match="degree 1"):
         sdot.distance(sdot.SumOfDiracs(np.random.default_rng(12).random((5, 3))), sdot.PolynomialGrid(np.ones((2, 2, 2, 8))))
+
+
+def test_numpy_vjp_of_the_distance_wrt_coefficients_matches_finite_differences(sdot_driver):
+    """NumPy's ``plan.vjp(distance=1)`` on a degree-2 grid: positions, weights and coefficients
+    against central differences (the plan's other derivatives are refused)."""
+    sdot_driver.framework = "numpy"
+    rng = np.random.default_rng(11)
+    x, w, c = rng.uniform(0.05, 0.95, (30, 2)), rng.uniform(0.5, 1.5, 30), rng.uniform(0.3, 1.5, (3, 4, 9))
+
+    def plan(x, w, c):
+        return sdot.optimal_transport_plan(sdot.SumOfWeightedDiracs(x, w), sdot.PolynomialGrid(c), tol=1e-12)
+    got = plan(x, w, c).vjp(distance=1.0)
+    assert got["domain"] is None
+    eps = 1e-6
+    for name, base in (("positions", x), ("weights", w), ("values", c)):
+        direction = rng.standard_normal(base.shape)
+        args = {"positions": x, "weights": w, "values": c}
+        up = dict(args, **{name: base + eps * direction})
+        down = dict(args, **{name: base - eps * direction})
+        fd = (float(plan(up["positions"], up["weights"], up["values"]).distance)
+              - float(plan(down["positions"], down["weights"], down["values"]).distance)) / (2 * eps)
+        assert float((got[name] * direction).sum()) == pytest.approx(fd, rel=1e-5, abs=1e-10)
+    with pytest.raises(NotImplementedError):
+        plan(x, w, c).vjp(barycenters=np.ones_like(x))
