@@ -368,8 +368,8 @@ def test_input_errors(sdot_driver):
     bad[1, 1, 2] = np.nan
     with pytest.raises(ValueError, match="values"):
         sdot.PolynomialGrid(bad)
-    with pytest.raises(NotImplementedError, match="degree 1"):
-        sdot.distance(sdot.SumOfDiracs(np.random.default_rng(12).random((5, 3))), sdot.PolynomialGrid(np.ones((2, 2, 2, 8))))
+    with pytest.raises(ValueError, match="Bernstein coefficients"):    # 7 is no (p+1)^3
+        sdot.distance(sdot.SumOfDiracs(np.random.default_rng(12).random((5, 3))), sdot.PolynomialGrid(np.ones((2, 2, 2, 7))))
 
 
 def test_numpy_vjp_of_the_distance_wrt_coefficients_matches_finite_differences(sdot_driver):

@@ -274,8 +274,8 @@ def test_input_errors():
                       sdot.Grid(np.ones((2, 2, 2, 2))))
     with pytest.raises(ValueError, match="mass mismatch"):
         sdot.distance(sdot.SumOfDiracs(pts, mass=2.0), sdot.Grid(np.ones((2, 2))))
-    with pytest.raises(NotImplementedError, match="degree"):      # in 3D (1D, 2D: test_*bernstein*.py)
-        sdot.distance(sdot.SumOfDiracs(np.random.default_rng(0).random((10, 3))), sdot.PolynomialGrid(np.ones((2, 2, 2, 8))))
+    with pytest.raises(ValueError, match="Bernstein coefficients"):   # 7 is no (p+1)^3 (degree p: test_*bernstein*.py)
+        sdot.distance(sdot.SumOfDiracs(np.random.default_rng(0).random((10, 3))), sdot.PolynomialGrid(np.ones((2, 2, 2, 7))))
     with pytest.raises(TypeError, match="target"):
         sdot.distance(sdot.SumOfDiracs(pts), np.ones((2, 2)))
     with pytest.raises(ValueError, match="dimension"):
