@@ -184,6 +184,8 @@ class BatchOfPolynomialGrid(_BatchOfGrids):
     mass : float or None, default 1
         Total mass of each item.
 
+    Notes
+    -----
     Indexing gives a :class:`PolynomialGrid`. Paired with a batch of sources item by item,
     or with one source (broadcast), every function returns one result per item.
     """
@@ -201,10 +203,12 @@ class BatchOfSplineGrid(_BatchOfGrids):
     ----------
     values : array_like
         ``values[i]`` are the control values of item ``i`` (see :class:`SplineGrid`).
-    continuity, domain, mass, interpolate
+    continuity, domain, mass, interpolate : optional
         As for :class:`SplineGrid`, shared by the items (``domain`` may also be one per item:
         ``lo`` and ``hi`` of shape ``(b, d)``; ``mass`` is each item's).
 
+    Notes
+    -----
     Indexing gives a :class:`SplineGrid`; pairing and broadcasting as for
     :class:`BatchOfPolynomialGrid`.
     """
