@@ -38,42 +38,28 @@ import functools
 import math
 
 import array_api_compat as aac
-import numpy as np
 
 from .. import _compat
+from ..planar.bernstein import gauss_legendre
 
 
 @functools.lru_cache(maxsize=None)
 def line_rule(degree: int):
     """Gauss-Legendre on ``[0, 1]``, exact to ``degree``: ``(nodes, weights)`` (floats,
     weights summing to 1)."""
-    n = degree // 2 + 1
-    x, w = np.polynomial.legendre.leggauss(n)
-    return tuple(float(a) for a in 0.5 * (x + 1.0)), tuple(float(a) for a in 0.5 * w)
-
-
-def _jacobi_rule(n: int):
-    """Gauss-Jacobi for the weight ``1 - eta`` on ``[0, 1]`` (Golub-Welsch, Jacobi
-    ``alpha = 1, beta = 0`` on ``[-1, 1]``: ``a_k = -1 / ((2k + 1)(2k + 3))``,
-    ``b_k = sqrt(k (k + 1)) / (2k + 1)``): nodes, weights summing to 1/2."""
-    k = np.arange(n, dtype=np.float64)
-    diag = -1.0 / ((2.0 * k + 1.0) * (2.0 * k + 3.0))
-    off = np.sqrt(k[1:] * (k[1:] + 1.0)) / (2.0 * k[1:] + 1.0)
-    values, vectors = np.linalg.eigh(np.diag(diag) + np.diag(off, 1) + np.diag(off, -1))
-    return 0.5 * (values + 1.0), 0.5 * vectors[0, :] ** 2
+    return gauss_legendre(degree // 2 + 1)
 
 
 @functools.lru_cache(maxsize=None)
 def triangle_rule(degree: int):
     """A rule exact to ``degree`` on a triangle: ``(l1, l2, w)`` (floats), the point
     ``p0 + l1 (p1 - p0) + l2 (p2 - p0)``, weights summing to 1 (the mean over the
-    triangle). Collapsed: ``l1 = xi (1 - eta)``, ``l2 = eta``, Gauss-Legendre in ``xi`` and
-    Gauss-Jacobi (weight ``1 - eta``, the Jacobian) in ``eta``."""
-    n = degree // 2 + 1
-    x, wx = np.polynomial.legendre.leggauss(n)
-    xi, wxi = 0.5 * (x + 1.0), 0.5 * wx
-    eta, weta = _jacobi_rule(n)
-    return tuple((float(a * (1.0 - e)), float(e), float(2.0 * wa * we))
+    triangle). Collapsed (Duffy): ``l1 = xi (1 - eta)``, ``l2 = eta``, Jacobian ``1 - eta``;
+    Gauss-Legendre in ``xi`` (degree ``d``) and in ``eta`` (degree ``d + 1``, the Jacobian
+    included in the integrand)."""
+    xi, wxi = gauss_legendre(degree // 2 + 1)
+    eta, weta = gauss_legendre((degree + 1) // 2 + 1)
+    return tuple((a * (1.0 - e), e, 2.0 * wa * we * (1.0 - e))
                  for a, wa in zip(xi, wxi) for e, we in zip(eta, weta))
 
 
