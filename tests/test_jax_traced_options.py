@@ -9,8 +9,9 @@ jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
 
-def test_traced_tol_and_max_iter_do_not_recompile(sdot_driver):
-    sdot_driver.framework = "jax"
+@pytest.mark.parametrize("route", ["callback", "compiled"])
+def test_traced_tol_and_max_iter_do_not_recompile(sdot_driver, route):
+    sdot_driver.framework, sdot_driver.jit_route = "jax", route
     rng = np.random.default_rng(0)
     x, img = jnp.asarray(rng.random((40, 2))), jnp.asarray(0.5 + rng.random((6, 6)))
 
