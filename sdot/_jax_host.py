@@ -54,9 +54,10 @@ class Entry(NamedTuple):
 class HostStore:
     """The host states of the last solves (an LRU keyed by integer tokens, thread-safe): at
     most ``entries`` of them and, beyond the most recent one, at most ``nbytes`` of arrays
-    (cells, integrals, facets, LU factors)."""
+    (cells, integrals, facets, LU factors: a state of 1e4 Diracs on a 64x64 image is about
+    17 MB once differentiated, of 1e5 about 210 MB)."""
 
-    def __init__(self, entries=32, nbytes=1 << 30):
+    def __init__(self, entries=32, nbytes=256 << 20):
         self.entries, self.nbytes = entries, nbytes
         self._items = collections.OrderedDict()
         self._lock = threading.Lock()
