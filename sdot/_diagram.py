@@ -210,7 +210,8 @@ class PowerDiagram:
         result = optimal_transport_plan(SumOfWeightedDiracs(self.positions, dirac_masses),
                                         target_distribution, **options)
         solved = result.power_diagram
-        self.weights, self._state, self._target = result.brenier_potential, solved._state, None
+        # the plan's cells, or (under jax.jit) the target to compute them from when asked
+        self.weights, self._state, self._target = result.brenier_potential, solved._state, solved._target
         return result
 
     def plot(self, ax=None, points=True, section=None, **style):

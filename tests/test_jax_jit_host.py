@@ -119,6 +119,21 @@ def test_lines_and_volumes(compiled_solves, dim):
     assert compiled_solves["compiled"] == 0
 
 
+def test_a_diagram_adjusted_under_jit_has_the_plans_cells(compiled_solves):
+    """``PowerDiagram.adjust_weights`` inside ``jit``: the returned diagram's cells (computed
+    outside) are the eager ones, a zero-mass Dirac's empty."""
+    x, w, img = problem(12, seed=9)
+    w = w.at[3].set(0.0)
+
+    def adjusted(x):
+        diagram = sdot.PowerDiagram(x)
+        diagram.adjust_weights(w / jnp.sum(w), sdot.Grid(img))
+        return diagram
+    got, want = jax.jit(adjusted)(x).cells, adjusted(x).cells
+    assert_close([c.measure for c in got], [c.measure for c in want], atol=1e-12)
+    assert float(got[3].measure) == 0.0
+
+
 def test_the_callback_and_the_compiled_route_agree(sdot_driver):
     """One solve in one program (the compiled route compiles it once): W2^2, the barycentres,
     the gradient of W2^2 and a vector-Jacobian product of the barycentres, to 1e-10."""
