@@ -135,23 +135,31 @@ def test_a_diagram_adjusted_under_jit_has_the_plans_cells(compiled_solves):
 
 
 def test_the_callback_and_the_compiled_route_agree(sdot_driver):
-    """One solve in one program (the compiled route compiles it once): W2^2, the barycentres,
-    the gradient of W2^2 and a vector-Jacobian product of the barycentres, to 1e-10."""
+    """One solve in one program, ``tol`` and ``max_iter`` traced (the compiled route compiles it
+    once for all three calls): W2^2, the barycentres, the gradient of W2^2 and a
+    vector-Jacobian product of the barycentres agree to 1e-10; the compiled solve obeys the
+    traced options."""
     sdot_driver.framework = "jax"
     x, w, img = problem(20, seed=4)
     c = jnp.asarray(np.random.default_rng(5).normal(size=x.shape))
 
-    def program(x, w, img):
+    def program(x, w, img, tol, max_iter):
         def outputs(x, w, img):
-            plan = sdot.optimal_transport_plan(sdot.SumOfWeightedDiracs(x, w), sdot.Grid(img))
-            return plan.distance, plan.barycenters
-        (value, b), pullback = jax.vjp(outputs, x, w, img)
-        return value, b, pullback((jnp.ones(()), jnp.zeros_like(b))), pullback((jnp.zeros(()), c))
+            plan = sdot.optimal_transport_plan(sdot.SumOfWeightedDiracs(x, w), sdot.Grid(img), tol=tol,
+                                               max_iter=max_iter, raise_on_failure=False)
+            return (plan.distance, plan.barycenters), (plan.residual, plan.converged)
+        (value, b), pullback, status = jax.vjp(outputs, x, w, img, has_aux=True)
+        return (value, b, pullback((jnp.ones(()), jnp.zeros_like(b))), pullback((jnp.zeros(()), c))), status
     routes = {}
     for route in ("callback", "compiled"):      # the route is read when tracing: one function each
         sdot_driver.jit_route = route
-        routes[route] = jax.jit(lambda *args: program(*args))(x, w, img)
-    assert_close(routes["callback"], routes["compiled"], rtol=1e-10, atol=1e-10)
+        jitted = jax.jit(lambda *args: program(*args))
+        routes[route] = jitted(x, w, img, 1e-11, 300)
+    assert_close(routes["callback"][0], routes["compiled"][0], rtol=1e-10, atol=1e-10)
+    loose, cut = jitted(x, w, img, 1e-4, 300)[1], jitted(x, w, img, 1e-11, 1)[1]
+    assert jitted._cache_size() == 1
+    assert float(routes["compiled"][1][0]) <= 1e-11 < float(loose[0]) <= 1e-4 and bool(loose[1])
+    assert not bool(cut[1]) and float(cut[0]) > 1e-11
 
 
 def test_a_store_miss_rebuilds_the_same_derivatives(compiled_solves, monkeypatch):
