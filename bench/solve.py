@@ -151,13 +151,15 @@ def run_one(backend, target, n, tol):
     """One row, in this process: a dict of measurements."""
     import sdot
 
-    sdot.driver.framework = "jax" if backend == "jax-jit" else backend
+    jitted = backend.startswith("jax-jit")
+    sdot.driver.framework = "jax" if jitted else backend
+    sdot.driver.jit_route = "compiled" if backend == "jax-jit-compiled" else "callback"
     if backend == "torch":
         import torch
 
         torch.set_num_threads(1)
     totals = dict.fromkeys(PHASES, 0.0)
-    if backend != "jax-jit":
+    if not jitted:
         _instrument(totals)
     values = to_backend(backend, target_values(target))
     g = (sdot.PolynomialGrid(values) if target in BERNSTEIN else
@@ -167,7 +169,7 @@ def run_one(backend, target, n, tol):
         return sdot.optimal_transport_plan(sdot.SumOfDiracs(x), g, tol=tol)
     plan_of = eager_plan
     dim = 3 if target in SPATIAL else 2
-    if backend == "jax-jit":        # the compiled solve (eager JAX solves on the host)
+    if jitted:                      # under jax.jit (eager JAX solves on the host)
         import jax
         from types import SimpleNamespace
 
@@ -181,7 +183,7 @@ def run_one(backend, target, n, tol):
 
     compile_time = warmup = None
     start = time.perf_counter()
-    if backend == "jax-jit":
+    if jitted:
         solve(points(n, shift=1, dim=dim))         # same shapes, other points: compiles
         compile_time = time.perf_counter() - start
     else:
@@ -194,7 +196,7 @@ def run_one(backend, target, n, tol):
     return dict(target=target, n=n, backend=backend, steps=int(plan.iterations),
                 residual=float(plan.residual), w2=float(plan.distance), time=wall,
                 rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                compile=compile_time, warmup=warmup, **({} if backend == "jax-jit" else totals))
+                compile=compile_time, warmup=warmup, **({} if jitted else totals))
 
 
 def run_pysdot(target, n, tol):
@@ -269,7 +271,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[1000, 10000, 100000])
     parser.add_argument("--backends", nargs="+", default=["numpy", "torch", "jax", "jax-jit"],
-                        help="jax: eager JAX arrays (solved on the host); jax-jit: the compiled solve")
+                        help="jax: eager JAX arrays (solved on the host); jax-jit: under jax.jit, the NumPy "
+                             "core by a host callback; jax-jit-compiled: under jax.jit, the compiled solve")
     parser.add_argument("--targets", nargs="+", default=["box", "gauss"],
                         choices=["box", "gauss", "annulus", "blobs", "square0", "box3d", "gauss3d", "bern1", "bern2", "spline1"])
     parser.add_argument("--tol", type=float, default=1e-8,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import array_api_compat as aac
 import numpy as np
 
-from . import _autodiff, _batched, _differentiable, _driver
+from . import _autodiff, _batched, _differentiable, _driver, _jax_host
 from ._core import _compat, gradients, newton, plan
 from ._core import geometry
 from ._core.density import grid_density
@@ -468,6 +468,9 @@ def _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options):
     host = None if _driver.is_tracer(tol) or _driver.is_tracer(max_iter) else _jax_on_host(xp, cut)
     if host is not None:
         return _solve_on_host(xp, prob, host, tol, max_iter, log, options)
+    if _jax_host.takes(xp, cut):                # traced JAX on the CPU: the NumPy core in one callback
+        fields, stop = _jax_host.solve(prob, cut, tol, max_iter, log, nan_on_failure, options)
+        return OtPlan(**fields), stop
     if aac.is_jax_namespace(xp) or _compat.static_shapes(cut.seeds):
         solve = _jax_solve_plan() if aac.is_jax_namespace(xp) else functools.partial(plan.solve_plan, xp)
         if aac.is_jax_namespace(xp):            # traced, not static: a new tol or max_iter compiles nothing

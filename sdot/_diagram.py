@@ -133,13 +133,25 @@ class PowerDiagram:
         obj._state = (prob, cells, moments)
         return obj
 
+    @classmethod
+    def _at_weights(cls, positions, weights, density):
+        """The diagram of a solve whose cells are computed when first asked (outside ``jax.jit``),
+        their masses and barycentres under the solve's ``density`` (a :class:`PixelDensity`)."""
+        from ._grids import Grid
+
+        obj = object.__new__(cls)
+        obj.positions, obj.weights, obj._state = positions, weights, None
+        obj._target = Grid(density.values, domain=(density.lo, density.hi), mass=None).with_dim(positions.shape[1])
+        return obj
+
     def _compute(self):
         if self._state is None:
             lo, hi = self._target.domain
             xp = _driver.namespace(self.positions, self.weights, lo)
             dtype = _driver.compute_dtype(xp)
-            seeds, psi, lo, hi = (xp.astype(a, dtype) for a in (self.positions, self.weights, lo, hi))
-            dens = PixelDensity(xp.ones((1,) * seeds.shape[1], dtype=dtype, device=aac.device(seeds)), lo, hi)
+            seeds, psi, lo, hi, values = (xp.astype(a, dtype) for a in (self.positions, self.weights, lo, hi,
+                                                                         self._target.density))
+            dens = PixelDensity(values, lo, hi)     # a PowerDiagram's: ones, the uniform density
             core_xp, core = xp, (seeds, psi, dens)
             views = _driver.host_views(seeds, psi, *dens) if aac.is_jax_namespace(xp) else None
             if views is not None:           # concrete JAX on the CPU: the NumPy core, nothing compiles
@@ -198,7 +210,8 @@ class PowerDiagram:
         result = optimal_transport_plan(SumOfWeightedDiracs(self.positions, dirac_masses),
                                         target_distribution, **options)
         solved = result.power_diagram
-        self.weights, self._state, self._target = result.brenier_potential, solved._state, None
+        # the plan's cells, or (under jax.jit) the target to compute them from when asked
+        self.weights, self._state, self._target = result.brenier_potential, solved._state, solved._target
         return result
 
     def plot(self, ax=None, points=True, section=None, **style):

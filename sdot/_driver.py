@@ -53,6 +53,24 @@ def _check_device(value):
     return name
 
 
+JIT_ROUTES = ("callback", "compiled")
+
+
+def _check_jit_route(value):
+    name = str(value).lower()
+    if name not in JIT_ROUTES:
+        raise ValueError(f"sdot.driver.jit_route must be one of {JIT_ROUTES}, got {value!r}")
+    return name
+
+
+def _check_jax_cache(value):
+    """None (off), or the directory of JAX's persistent compilation cache (see
+    :mod:`._jax_cache`): ``True``, "1", "on" or "true" for the default one, else a path."""
+    from . import _jax_cache
+
+    return _jax_cache.directory(value)
+
+
 def _detect_framework(environ, modules, installed=None):
     """The framework chosen at import time (SPEC "Backends", in this order)."""
     if environ.get("SDOT_FRAMEWORK"):
@@ -85,7 +103,8 @@ class _Setting:
 
 
 class Driver:
-    """Run-time settings of sdot: ``framework``, ``dtype`` and ``device``.
+    """Run-time settings of sdot: ``framework``, ``dtype``, ``device``, and for JAX
+    ``jit_route`` and ``jax_cache``.
 
     The single instance is ``sdot.driver``. Every setting is validated on
     assignment and raises ``ValueError`` naming the allowed values.
@@ -103,13 +122,29 @@ class Driver:
         Device of converted inputs (``$SDOT_DEVICE``). ``None`` means where the
         inputs are, else the cpu. A device the framework does not have (CUDA without
         a GPU...) raises ``ValueError`` at the first conversion.
+    jit_route : {"callback", "compiled"}
+        How a solve runs under ``jax.jit`` (and ``vmap``, ``scan``) on the CPU
+        (``$SDOT_JIT_ROUTE``, default "callback"): "callback", the NumPy core in one
+        ``jax.pure_callback`` (the jitted program holds only the callback: it compiles in
+        well under a second for every size); "compiled", the whole solve traced into the
+        program (compiled by XLA once per shape). Arrays on other devices (GPU, TPU) always
+        take the compiled route.
+    jax_cache : None or str
+        Directory of JAX's persistent compilation cache, or None (off, the default).
+        ``$SDOT_JAX_CACHE`` or an assignment: "1" (or ``True``) for a private per-user,
+        per-host directory, ``~/.cache/sdot/jax/<hostname>``; a path for that directory.
+        Created with mode 0700; one writable by others is refused (JAX executes what it
+        holds). JAX stores no program that calls back into Python, so it serves the
+        compiled route without host callbacks (GPU, TPU), not the callback route.
     """
 
     def __init__(self, environ=None):
         environ = os.environ if environ is None else environ
         for attr, var, default in (("framework", "SDOT_FRAMEWORK", None),
                                    ("dtype", "SDOT_DTYPE", "FP64"),
-                                   ("device", "SDOT_DEVICE", None)):
+                                   ("device", "SDOT_DEVICE", None),
+                                   ("jit_route", "SDOT_JIT_ROUTE", "callback"),
+                                   ("jax_cache", "SDOT_JAX_CACHE", None)):
             value = environ.get(var) or default
             if attr == "framework":
                 value = _detect_framework(environ, sys.modules)
@@ -123,10 +158,21 @@ class Driver:
     dtype = _Setting(_check_dtype, "'FP32' or 'FP64': the precision of the computation.")
     device = _Setting(_check_device, "None, 'cpu', 'cuda', 'cuda:N' or 'mps' (None: where "
                       "the inputs are, else the cpu).")
+    jit_route = _Setting(_check_jit_route, "'callback' or 'compiled': how a solve runs under jax.jit on "
+                         "the CPU (the NumPy core in one host callback, or the whole solve compiled).")
+    jax_cache = _Setting(_check_jax_cache, "None (off), or the directory of JAX's persistent compilation "
+                         "cache (True or '1': ~/.cache/sdot/jax/<hostname>).")
+
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if name == "_jax_cache" and "jax" in sys.modules:
+            from . import _jax_cache
+
+            _jax_cache.apply(value)
 
     def __repr__(self):
         return (f"Driver(framework={self.framework!r}, dtype={self.dtype!r}, "
-                f"device={self.device!r})")
+                f"device={self.device!r}, jit_route={self.jit_route!r}, jax_cache={self.jax_cache!r})")
 
 
 driver = Driver()
@@ -137,11 +183,20 @@ _jax_state = {"used": False, "warned": False}
 
 
 def _use_jax():
-    """Run the registered JAX hooks (pytree registration) once."""
+    """Run the registered JAX hooks (pytree registration, the persistent cache) once."""
     if not _jax_state["used"]:
         _jax_state["used"] = True
         for hook in _jax_hooks:
             hook()
+
+
+def _apply_jax_cache():
+    from . import _jax_cache
+
+    _jax_cache.apply(driver.jax_cache)
+
+
+_jax_hooks.append(_apply_jax_cache)
 
 
 def _ensure_x64():

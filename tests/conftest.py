@@ -4,7 +4,8 @@
 "strict-static" (array_api_strict with data-dependent shapes off: the core's traced code
 paths, without compiling), "strict-device1" (array_api_strict on its non-default device
 ``Device("device1")``, which refuses operations mixing devices: a stand-in for a GPU, small
-sizes), "torch", "jax" and "jax-jit" (JAX under ``jax.jit``). The environment variable
+sizes), "torch", "jax" and "jax-jit" (JAX under ``jax.jit``, solves on the compiled route:
+``sdot.driver.jit_route = "compiled"``). The environment variable
 ``SDOT_TEST_BACKENDS`` (comma-separated) selects a subset, e.g.
 ``SDOT_TEST_BACKENDS=numpy,torch pytest``.
 """
@@ -201,15 +202,18 @@ def sdot_driver():
     """``sdot.driver``, with its settings restored after the test."""
     from sdot._driver import driver
 
-    saved = driver.framework, driver.dtype, driver.device
+    saved = driver.framework, driver.dtype, driver.device, driver.jit_route
     yield driver
-    driver.framework, driver.dtype, driver.device = saved
+    driver.framework, driver.dtype, driver.device, driver.jit_route = saved
 
 
 def _activate(name, driver):
     b = Backend(name)
     driver.framework = b.framework
     driver.dtype = "FP64"
+    # "jax-jit" tests the traced core: the compiled route (the default callback route runs the
+    # NumPy core, tested on "numpy"; tests/test_jax_jit_host.py tests the callback itself)
+    driver.jit_route = "compiled" if name == "jax-jit" else "callback"
     return b
 
 

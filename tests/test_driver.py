@@ -26,7 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = {
     # SDOT_* variables are read; torch/jax stay unimported; a measure built before
     # `import jax` is a pytree once jax is imported.
-    "env": ({"SDOT_FRAMEWORK": "numpy", "SDOT_DTYPE": "fp32", "SDOT_DEVICE": "cpu"}, """
+    "env": ({"SDOT_FRAMEWORK": "numpy", "SDOT_DTYPE": "fp32", "SDOT_DEVICE": "cpu", "SDOT_JIT_ROUTE": "Compiled",
+             "SDOT_JAX_CACHE": "0"}, """
         import sys, numpy as np, sdot
         out = dict(driver=repr(sdot.driver),
                    imported=[m for m in ("torch", "jax") if m in sys.modules])
@@ -92,7 +93,8 @@ def fresh():
 
 def test_env_variables_and_no_framework_import(fresh):
     out = fresh["env"]
-    assert out["driver"] == "Driver(framework='numpy', dtype='FP32', device='cpu')"
+    assert out["driver"] == ("Driver(framework='numpy', dtype='FP32', device='cpu', jit_route='compiled', "
+                             "jax_cache=None)")
     assert out["imported"] == [] and out["dtype"] == "float32"
     assert out["jit"] == pytest.approx([1 / 3] * 3)  # pytree registered when jax is imported later
 
@@ -139,12 +141,15 @@ def test_settings_from_environment():
         Driver({"SDOT_DTYPE": "FP16"})
     with pytest.raises(ValueError, match="SDOT_FRAMEWORK.*numpy"):
         Driver({"SDOT_FRAMEWORK": "tensorflow"})
+    assert Driver({"SDOT_FRAMEWORK": "numpy"}).jit_route == "callback"
+    with pytest.raises(ValueError, match="SDOT_JIT_ROUTE.*compiled"):
+        Driver({"SDOT_JIT_ROUTE": "traced"})
 
 
 @pytest.mark.parametrize("setting, value, allowed", [
     ("framework", "tensorflow", "numpy"), ("framework", None, "torch"),
     ("dtype", "FP16", "FP64"), ("dtype", "float64", "FP32"),
-    ("device", "gpu", "cuda:N"), ("device", "cuda:x", "mps"),
+    ("device", "gpu", "cuda:N"), ("device", "cuda:x", "mps"), ("jit_route", "jit", "callback"),
 ])
 def test_invalid_settings(sdot_driver, setting, value, allowed):
     before = getattr(sdot_driver, setting)

@@ -123,7 +123,7 @@ def test_one_dirac_far_away(sdot_driver, name):
     from conftest import Backend
 
     backend = Backend(name)
-    sdot_driver.framework = backend.framework
+    sdot_driver.framework, sdot_driver.jit_route = backend.framework, "compiled"     # jax-jit: the traced solve
     pts = np.concatenate([np.random.default_rng(7).random((39, 2)), [[1e4, 1e4]]])
     src, grid = sdot.SumOfDiracs(backend.asarray(pts)), sdot.Grid(backend.asarray(np.ones((1, 1))))
     plan = SimpleNamespace(**backend.run(lambda s, g: fields(sdot.optimal_transport_plan(
@@ -240,7 +240,7 @@ def test_zero_background_under_jit(sdot_driver):
     from conftest import Backend
 
     backend = Backend("jax-jit")
-    sdot_driver.framework = backend.framework
+    sdot_driver.framework, sdot_driver.jit_route = backend.framework, "compiled"
     pts = np.random.default_rng(4).random((40, 2))
     img = annulus(16)
 
@@ -327,7 +327,7 @@ def test_many_copies_of_few_diracs_under_jax(sdot_driver):
     from conftest import Backend
 
     backend = Backend("jax-jit")      # the traced solve (eager JAX solves on the host)
-    sdot_driver.framework = backend.framework
+    sdot_driver.framework, sdot_driver.jit_route = backend.framework, "compiled"
     distinct = np.random.default_rng(0).random((40, 2))
     img = np.ones((1, 1))
     plan = solve(backend, np.repeat(distinct, 10, axis=0), img)
@@ -347,7 +347,7 @@ def test_diracs_on_the_sides_of_the_square_under_jax(sdot_driver):
     pts = np.concatenate([np.stack([t, 0 * t], 1), np.stack([1 + 0 * t, t], 1),
                           np.stack([t, 1 + 0 * t], 1), np.stack([0 * t, t], 1)])
     backend = Backend("jax-jit")      # the traced solve (eager JAX solves on the host)
-    sdot_driver.framework = backend.framework
+    sdot_driver.framework, sdot_driver.jit_route = backend.framework, "compiled"
     plan = solve(backend, pts, np.ones((1, 1)))
     assert bool(plan.converged) and float(plan.residual) <= 1e-10
     sdot_driver.framework = "numpy"
@@ -446,6 +446,7 @@ CRASH_SCRIPT = textwrap.dedent("""
     else:
         convert = np.asarray
     sdot.driver.framework = {"jax-jit": "jax"}.get(name, name)
+    sdot.driver.jit_route = "compiled"          # jax-jit: the traced solve, with its callbacks to scipy
     img = convert(np.ones((8, 8)))
 
     def run(x, g):

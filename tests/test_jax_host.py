@@ -107,18 +107,18 @@ def test_concrete_batches_loop_on_the_host(solves):
     np.testing.assert_array_equal(np.asarray(looped), items)
 
 
-def test_the_host_path_equals_the_compiled_solve(solves):
-    """The same value and gradients under ``jax.jit`` (the compiled solve, traced inputs) as
-    eagerly on the host: to 1e-12 for W2^2, to rounding of the solve's tolerance for the
-    gradients."""
+def test_the_host_path_equals_the_jitted_solve(solves):
+    """The same value and gradients under ``jax.jit`` (traced inputs: the NumPy core by a host
+    callback, ``driver.jit_route = "callback"``) as eagerly on the host, to 1e-12; the compiled
+    route agrees to 1e-10 (tests/test_jax_jit_host.py)."""
     x, w, img = problem()
     value_and_grad = jax.value_and_grad(loss, argnums=(0, 1, 2))
     d, grads = value_and_grad(x, w, img)
     d_jit, grads_jit = jax.jit(value_and_grad)(x, w, img)
-    assert solves["compiled"] >= 1
+    assert solves["compiled"] == 0 and len(solves["core"]) == 2
     assert float(d) == pytest.approx(float(d_jit), rel=1e-12)
     for g, gj in zip(grads, grads_jit):
-        np.testing.assert_allclose(np.asarray(g), np.asarray(gj), rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(g), np.asarray(gj), rtol=1e-12, atol=1e-14)
 
 
 def test_hard_inputs_take_numpys_path_bit_for_bit(solves):

@@ -10,6 +10,7 @@ jnp = jax.numpy
 
 
 def test_traced_tol_and_max_iter_do_not_recompile(sdot_driver):
+    """The default route (a host callback; the compiled route: tests/test_jax_jit_host.py)."""
     sdot_driver.framework = "jax"
     rng = np.random.default_rng(0)
     x, img = jnp.asarray(rng.random((40, 2))), jnp.asarray(0.5 + rng.random((6, 6)))

@@ -97,6 +97,22 @@ def diagram(xp, seeds, psi, density):
                             lambda ev: xp.any(ev.cells.overflow), seeds.shape[1])
 
 
+def evaluation_at(xp, prob, psi, active):
+    """The :class:`.newton.Evaluation` (cells, moments, facet integrals) of ``prob`` at the
+    weights ``psi`` (in the problem's units) for the ``active`` Diracs, computed as
+    :func:`solve_plan` computes its last one: in :func:`normalised` coordinates (in 1D, in
+    the problem's), brought back to the problem's units. What a solve's derivatives need,
+    rebuilt from its weights without a Newton step."""
+    if getattr(geometry.of_seeds(prob.seeds), "solve", None) is not None:
+        return grown_until_fits(lambda capacity: newton.evaluate(xp, prob, psi, active, capacity=capacity),
+                                lambda ev: xp.any(ev.cells.overflow), prob.seeds.shape[1])
+    unit, scale = normalised(xp, prob)
+    ev = grown_until_fits(lambda capacity: newton.evaluate(xp, unit, psi / (scale * scale), active,
+                                                           capacity=capacity),
+                          lambda ev: xp.any(ev.cells.overflow), prob.seeds.shape[1])
+    return _in_units(xp, ev, scale)
+
+
 def grown_until_fits(run, overflowed, dim=2):
     """``run(capacity)`` from the ``CAPACITY`` of the geometry of dimension ``dim`` (:mod:`.geometry`), run again with twice
     as many (up to 1024) while ``overflowed(result)``. Eagerly the cells grow by
