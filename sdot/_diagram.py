@@ -11,7 +11,7 @@ from . import _diagram3d, _driver
 from ._core._compat import namespace as namespace_of
 from ._driver import _to_host as _to_numpy
 from ._core import newton, plan
-from ._core.density import PixelDensity
+from ._core.density import grid_density
 
 __all__ = ["PowerDiagram", "Cell", "Facet"]
 
@@ -136,12 +136,13 @@ class PowerDiagram:
     @classmethod
     def _at_weights(cls, positions, weights, density):
         """The diagram of a solve whose cells are computed when first asked (outside ``jax.jit``),
-        their masses and barycentres under the solve's ``density`` (a :class:`PixelDensity`)."""
-        from ._grids import Grid
+        their masses and barycentres under the solve's ``density`` (a kind of :mod:`._core.density`)."""
+        from ._grids import PolynomialGrid
 
         obj = object.__new__(cls)
         obj.positions, obj.weights, obj._state = positions, weights, None
-        obj._target = Grid(density.values, domain=(density.lo, density.hi), mass=None).with_dim(positions.shape[1])
+        obj._target = PolynomialGrid(density.values, domain=(density.lo, density.hi),
+                                     mass=None).with_dim(positions.shape[1])
         return obj
 
     def _compute(self):
@@ -151,11 +152,11 @@ class PowerDiagram:
             dtype = _driver.compute_dtype(xp)
             seeds, psi, lo, hi, values = (xp.astype(a, dtype) for a in (self.positions, self.weights, lo, hi,
                                                                          self._target.density))
-            dens = PixelDensity(values, lo, hi)     # a PowerDiagram's: ones, the uniform density
+            dens = grid_density(values, lo, hi)     # a PowerDiagram's: ones, the uniform density
             core_xp, core = xp, (seeds, psi, dens)
             views = _driver.host_views(seeds, psi, *dens) if aac.is_jax_namespace(xp) else None
             if views is not None:           # concrete JAX on the CPU: the NumPy core, nothing compiles
-                core_xp, core = namespace_of(views[0]), (views[0], views[1], PixelDensity(*views[2:]))
+                core_xp, core = namespace_of(views[0]), (views[0], views[1], type(dens)(*views[2:]))
             cells, moments, _ = plan.diagram(core_xp, *core)
             self._state = (newton.Problem(seeds, None, dens), cells, moments)
         return self._state

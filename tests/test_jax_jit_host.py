@@ -119,6 +119,24 @@ def test_lines_and_volumes(compiled_solves, dim):
     assert compiled_solves["compiled"] == 0
 
 
+def test_a_polynomial_grid_under_jit(compiled_solves):
+    """A degree-1 ``PolynomialGrid`` under ``jit``: the value and gradients of the eager calls,
+    and the returned plan's diagram measures its cells under the polynomial (the eager plan's
+    masses), not under the coefficients read as pixels."""
+    x, w, _ = problem(10, seed=5)
+    coefficients = jnp.asarray(0.5 + np.random.default_rng(5).random((3, 4, 4)))
+
+    def plan_of(x, c):
+        return sdot.optimal_transport_plan(sdot.SumOfWeightedDiracs(x, w), sdot.PolynomialGrid(c))
+    value_and_grad = jax.value_and_grad(lambda x, c: plan_of(x, c).distance, argnums=(0, 1))
+    assert_close(jax.jit(value_and_grad)(x, coefficients), value_and_grad(x, coefficients), atol=1e-12)
+    got, want = jax.jit(plan_of)(x, coefficients), plan_of(x, coefficients)
+    measures = np.array([float(c.measure) for c in got.power_diagram.cells])
+    assert_close(measures, np.array([float(c.measure) for c in want.power_diagram.cells]), atol=1e-12)
+    assert_close(measures, want.cell_masses, atol=1e-10)
+    assert compiled_solves["compiled"] == 0
+
+
 def test_a_diagram_adjusted_under_jit_has_the_plans_cells(compiled_solves):
     """``PowerDiagram.adjust_weights`` inside ``jit``: the returned diagram's cells (computed
     outside) are the eager ones, a zero-mass Dirac's empty."""
