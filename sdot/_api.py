@@ -12,7 +12,7 @@ import array_api_compat as aac
 import numpy as np
 
 from . import _autodiff, _batched, _differentiable, _driver, _jax_host
-from ._core import _compat, gradients, newton, plan
+from ._core import _compat, newton, plan
 from ._core import geometry
 from ._core.density import grid_density
 from ._core.options import DEFAULT as NEWTON_OPTIONS
@@ -614,37 +614,32 @@ def _jax_on_host(xp, cut):
 def _solve_on_host(xp, prob, host, tol, max_iter, log, options):
     """The eager NumPy solve of the concrete JAX problem ``host`` (NumPy views): nothing
     compiles. The plan's arrays come back as JAX arrays; the solver's state stays on the
-    host, in the rules' closures (their products run through ``jax.pure_callback``)."""
+    host, in the bounded store of :mod:`._jax_host` under a token, and the derivative rules
+    reach it through callbacks (:class:`._jax_host.CallbackRule`), as under ``jit``: JAX's
+    caches of those rules then hold the token, never the state."""
     res = plan.solve_plan(_compat.namespace(host.seeds), host, tol, max_iter, log=log, options=options)
-    kept = _differentiable.Kept()
     like = _autodiff.detach(prob.seeds)
     to_jax = lambda a: _driver.convert_like(np.asarray(a), like)      # noqa: E731 (jax.device_put)
     lin = _differentiable.linearization(host, res)
+    spec = _jax_host.Spec(*host.seeds.shape, tuple(host.density.values.shape), type(host.density),
+                          np.dtype(host.seeds.dtype))
+    token = _jax_host.STORE.put(_jax_host.Entry(lin, _differentiable.Kept()))
+    detached = (like, _autodiff.detach(prob.masses)) + tuple(_autodiff.detach(a) for a in prob.density)
+    state = (_driver.convert_like(np.asarray(token, dtype=np.int32), like),) + detached + (to_jax(lin.psi),)
     inputs = (prob.seeds, prob.masses, prob.density.values, prob.lo, prob.hi)
-    outputs = _autodiff.attach_linear(tuple(to_jax(res[k]) for k in _differentiable.PLAN_OUTPUTS), inputs, (),
-                                      _differentiable.HostRule(_differentiable.PLAN_OUTPUTS, lin, kept))
-    distance = _autodiff.attach(to_jax(res["distance"]), inputs, (), functools.partial(
-        _gradients_on_host, (lin, res["barycenters"], res["brenier_potential"], kept)))
+    plan_arrays = tuple(to_jax(res[k]) for k in _differentiable.PLAN_OUTPUTS)
+    outputs = _autodiff.attach_linear(plan_arrays, inputs, state,
+                                      _jax_host.CallbackRule(_differentiable.PLAN_OUTPUTS, spec))
+    barycenters, potential = (plan_arrays[_differentiable.PLAN_OUTPUTS.index(k)]
+                              for k in ("barycenters", "brenier_potential"))
+    distance = _autodiff.attach(to_jax(res["distance"]), inputs, (state, barycenters, potential),
+                                functools.partial(_jax_host._distance_gradients, spec))
     sol = res["solution"]
     diagram = PowerDiagram._from_solution(newton.Problem(prob.seeds, None, host.density), to_jax(sol.psi),
                                           sol.evaluation.cells, sol.evaluation.moments, res["active"])
     arrays = dict(zip(_differentiable.PLAN_OUTPUTS, outputs))
     arrays.update({k: to_jax(res[k]) for k in _PLAN_ARRAYS if k not in arrays})
     return OtPlan(distance=distance, power_diagram=diagram, _linearization=lin, **arrays), (sol.width, sol.damping)
-
-
-def _gradients_on_host(state, inputs, _, needs):
-    """The gradient rule of W2^2 with the host ``state`` of :func:`_solve_on_host` (the
-    :class:`._core.sensitivity.Linearization` and the plan's barycentres and potential, NumPy):
-    the values on the host, returned as JAX arrays, made differentiable through
-    :class:`._differentiable.HostRule` (second derivatives)."""
-    lin, barycenters, potential, kept = state
-    like = _autodiff.detach(inputs[0])
-    to_jax = lambda a: None if a is None else _driver.convert_like(np.asarray(a), like)    # noqa: E731
-    rule_for = functools.partial(_differentiable.PlanRule, kept=kept)
-    grads = [to_jax(g) for g in _differentiable.first_derivatives(lin, rule_for, needs)]
-    rule_of = lambda outputs: ((), _differentiable.HostRule(outputs, lin, kept))     # noqa: E731
-    return _differentiable.recorded(inputs, grads, to_jax(barycenters), to_jax(potential), rule_of, needs)
 
 
 def _zero_d(value):

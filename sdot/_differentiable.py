@@ -105,44 +105,6 @@ def _refused(lin, shapes, args):
     return jax.pure_callback(refuse, result, *args, vmap_method="sequential")
 
 
-class HostRule:
-    """A :class:`PlanRule` on the host's NumPy state of an eager JAX solve, called from JAX
-    through ``jax.pure_callback`` (``state`` is empty: the state is the rule's)."""
-
-    def __init__(self, outputs, lin, kept=None):
-        self.rule, self.lin = PlanRule(outputs, kept), lin
-        n, d = lin.seeds.shape
-        shapes = {"barycenters": (n, d), "brenier_potential": (n,), "cell_masses": (n,), "distance": (),
-                  "potential": tuple(lin.values.shape)}
-        self.out_shapes = [shapes[k] for k in outputs]
-        self.in_shapes = [(n, d), (n,), tuple(lin.values.shape), (d,), (d,)]
-
-    def _call(self, fn, args, shapes):
-        import jax
-
-        dtype = self.lin.seeds.dtype
-        result = [jax.ShapeDtypeStruct(s, dtype) for s in shapes]
-        return jax.pure_callback(lambda *a: tuple(np.asarray(x, dtype=dtype) for x in fn(*a)), tuple(result),
-                                 *args, vmap_method="sequential")
-
-    def jvp(self, _, tangents):
-        live = [t for t in tangents if t is not None]
-        needs = [t is not None for t in tangents]
-
-        def run(*args):
-            it = iter(args)
-            return self.rule.jvp(self.lin, tuple(np.asarray(next(it)) if need else None for need in needs))
-        return self._call(run, live, self.out_shapes)
-
-    def vjp(self, _, cotangents, needs):
-        shapes = [s for s, need in zip(self.in_shapes, needs) if need]
-
-        def run(*args):
-            return [g for g in self.rule.vjp(self.lin, tuple(np.asarray(a) for a in args), needs) if g is not None]
-        out = iter(self._call(run, list(cotangents), shapes))
-        return tuple(next(out) if need else None for need in needs)
-
-
 def linearization(cut, res):
     """The :class:`._core.sensitivity.Linearization` of the solve ``res`` (of
     :func:`._core.plan.solve_plan`) of the detached problem ``cut``."""

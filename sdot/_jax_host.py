@@ -170,17 +170,45 @@ def solve(prob, cut, tol, max_iter, log, nan_on_failure, options):
     return fields, (None, None)
 
 
-def _callback(fn, shapes, *args):
-    """``fn(*args)`` on the host thread (NumPy in, NumPy out) by ``jax.pure_callback``, its
-    results of ``shapes`` (pairs of shape and dtype), one item after the other under ``vmap``."""
+def _callback(fn, shapes, *args, on_host_thread=True):
+    """``fn(*args)`` on the host (NumPy in, NumPy out) by ``jax.pure_callback``, its results
+    of ``shapes`` (pairs of shape and dtype), one item after the other under ``vmap``;
+    ``on_host_thread``: on :data:`HOST_THREAD` (what builds cells: Qhull, cKDTree), else on
+    JAX's callback thread (the derivative products: linear algebra on a stored state; run on
+    the host thread, their allocations made the resident memory grow by ~0.7 MiB per eager
+    ``jax.grad`` of the barycentres at N = 300).
+
+    The callback is the same Python object for the same ``fn`` and ``shapes``
+    (:func:`_host_function`): JAX keys its caches of compiled callbacks (eager calls compile
+    one program per primitive) by it, so a new solve of the same sizes compiles nothing and
+    the caches do not grow."""
     import jax
 
     specs = tuple(jax.ShapeDtypeStruct(s, t) for s, t in shapes)
+    return jax.pure_callback(_host_function(fn, tuple(shapes), on_host_thread), specs, *args,
+                             vmap_method="sequential")
 
+
+@functools.lru_cache(maxsize=1024)
+def _host_function(fn, shapes, on_host_thread):
+    """The host side of :func:`_callback` (``fn``: a hashable partial of static arguments)."""
     def on_host(*host_args):
-        results = HOST_THREAD.submit(fn, *map(np.asarray, host_args)).result()
+        args = tuple(map(np.asarray, host_args))
+        results = HOST_THREAD.submit(fn, *args).result() if on_host_thread else fn(*args)
         return tuple(np.asarray(r, dtype=t).reshape(s) for r, (s, t) in zip(results, shapes))
-    return jax.pure_callback(on_host, specs, *args, vmap_method="sequential")
+    return on_host
+
+
+class _Static(functools.partial):
+    """A ``functools.partial`` of static (hashable) arguments that compares by value, so that
+    equal rules of two solves give one callback (:func:`_host_function`)."""
+
+    def __eq__(self, other):
+        return (type(other) is type(self) and self.func is other.func and self.args == other.args
+                and self.keywords == other.keywords)
+
+    def __hash__(self):
+        return hash((self.func, self.args, tuple(sorted(self.keywords.items()))))
 
 
 def _forward(spec, log, options, seeds, masses, *rest):
@@ -212,6 +240,11 @@ def _entry(spec, token, seeds, masses, *rest):
     entry = STORE.get(int(token))
     if entry is not None:
         return entry
+    return HOST_THREAD.submit(_rebuilt, spec, token, seeds, masses, *rest).result()
+
+
+def _rebuilt(spec, token, seeds, masses, *rest):
+    """:func:`_entry` on a miss: the state rebuilt (cells: on :data:`HOST_THREAD`) and kept."""
     *density, psi = rest
     prob = newton.Problem(np.array(seeds), np.array(masses), spec.kind(*map(np.array, density)))
     xp = _compat.namespace(prob.seeds)
@@ -233,19 +266,25 @@ class CallbackRule:
     def __init__(self, outputs, spec):
         self.outputs, self.spec = tuple(outputs), spec
 
+    def __eq__(self, other):                # equal rules share JAX's compiled tangent maps
+        return type(other) is type(self) and (self.outputs, self.spec) == (other.outputs, other.spec)
+
+    def __hash__(self):
+        return hash((self.outputs, self.spec))
+
     def jvp(self, state, tangents):
         needs = tuple(t is not None for t in tangents)
         live = [t for t in tangents if t is not None]
         shapes = [(self.spec.shape(k), self.spec.dtype) for k in self.outputs]
-        return _callback(functools.partial(_jvp_on_host, self.spec, self.outputs, len(state), needs), shapes,
-                         *state, *live)
+        return _callback(_Static(_jvp_on_host, self.spec, self.outputs, len(state), needs), shapes,
+                         *state, *live, on_host_thread=False)
 
     def vjp(self, state, cotangents, needs):
         shapes = [(s, self.spec.dtype) for s, need in zip(self.spec.input_shapes(), needs) if need]
         if not shapes:
             return (None,) * len(needs)
-        out = iter(_callback(functools.partial(_vjp_on_host, self.spec, self.outputs, len(state), tuple(needs)),
-                             shapes, *state, *cotangents))
+        out = iter(_callback(_Static(_vjp_on_host, self.spec, self.outputs, len(state), tuple(needs)),
+                             shapes, *state, *cotangents, on_host_thread=False))
         return tuple(next(out) if need else None for need in needs)
 
 
@@ -268,8 +307,8 @@ def _distance_gradients(spec, inputs, state, needs):
     :func:`._differentiable.recorded` with :class:`CallbackRule`."""
     host_state, barycenters, potential = state
     shapes = [(s, spec.dtype) for s, need in zip(spec.input_shapes(), needs) if need]
-    values = iter(_callback(functools.partial(_gradients_on_host, spec, len(host_state), tuple(needs)), shapes,
-                            *host_state) if shapes else ())
+    values = iter(_callback(_Static(_gradients_on_host, spec, len(host_state), tuple(needs)), shapes,
+                            *host_state, on_host_thread=False) if shapes else ())
     grads = [next(values) if need else None for need in needs]
     rule_of = lambda outputs: (host_state, CallbackRule(outputs, spec))        # noqa: E731
     return _differentiable.recorded(inputs, grads, barycenters, potential, rule_of, needs)

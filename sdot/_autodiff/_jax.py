@@ -52,38 +52,50 @@ def _linear_jvp(rule, primals, tangents):
     live = [d for d, need in zip(d_inputs, needs) if need]
     if not live:
         return values, tuple(jnp.zeros_like(v) for v in values)
-    sizes_in = [d.size for d in live]
-    sizes_out = [v.size for v in values]
-    length = max(sum(sizes_in), sum(sizes_out))
+    out = _tangent_map(rule, needs, values, state, live)
+    # the tangent map is the state's, not differentiated: its derivative is NaN, not a silent 0
+    # (JAX differentiates every output, used or not: an error would break jax.hessian of W2^2)
+    out = out + _nan_if_differentiated(jnp.zeros_like(out), tuple(inputs))
+    return values, tuple(_split(out, values))
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _tangent_map(rule, needs, values, state, live):
+    """The tangents of ``values``, ``rule.jvp(state, live tangents)``, flattened, as a
+    ``custom_linear_solve`` of the identity whose transpose is ``rule.vjp`` (reverse mode).
+
+    A jitted function of static ``rule`` and ``needs``: eagerly (``jax.grad`` outside ``jit``)
+    a rule equal to an earlier one (see :class:`sdot._jax_host.CallbackRule`) reuses its
+    compiled program and its transpose, so a new solve compiles nothing and JAX's caches do
+    not grow."""
+    length = max(sum(d.size for d in live), sum(v.size for v in values))
     dtype = values[0].dtype
 
     def flat(arrays):
         x = jnp.concatenate([jnp.ravel(a).astype(dtype) for a in arrays])
         return jnp.pad(x, (0, length - x.shape[0]))
 
-    def split(x, like):
-        out, start = [], 0
-        for a in like:
-            out.append(jnp.reshape(x[start:start + a.size], a.shape).astype(a.dtype))
-            start += a.size
-        return out
-
     def expand(parts):
         it = iter(parts)
         return tuple(next(it) if need else None for need in needs)
 
     def forward(_, x):
-        return flat(rule.jvp(state, expand(split(x, live))))
+        return flat(rule.jvp(state, expand(_split(x, live))))
 
     def transpose(_, x):
-        grads = rule.vjp(state, tuple(split(x, values)), needs)
+        grads = rule.vjp(state, tuple(_split(x, values)), needs)
         return flat([g for g, need in zip(grads, needs) if need])
 
-    out = jax.lax.custom_linear_solve(lambda x: x, flat(live), forward, transpose_solve=transpose)
-    # the tangent map is the state's, not differentiated: its derivative is NaN, not a silent 0
-    # (JAX differentiates every output, used or not: an error would break jax.hessian of W2^2)
-    out = out + _nan_if_differentiated(jnp.zeros_like(out), tuple(inputs))
-    return values, tuple(split(out, values))
+    return jax.lax.custom_linear_solve(lambda x: x, flat(live), forward, transpose_solve=transpose)
+
+
+def _split(x, like):
+    """``x`` (flat) cut into arrays of the shapes and dtypes of ``like``."""
+    out, start = [], 0
+    for a in like:
+        out.append(jnp.reshape(x[start:start + a.size], a.shape).astype(a.dtype))
+        start += a.size
+    return out
 
 
 @jax.custom_jvp
