@@ -90,17 +90,15 @@ def _repaired(xp, seeds, psi, active, lo, hi, cells, valid):
     if table is None:
         return None
     n, f_cap = cells.labels.shape
-    width = table.shape[1]
-    if width > f_cap - 6:
-        return None                             # more neighbours than slots: rebuilt wider
-    listed = xp.sort(xp.where(table >= 0, table, n), axis=1)
+    width = max(table.shape[1], f_cap)          # (a row wider than the slots is clipped again and overflows)
+    listed = _padded(xp, xp.sort(xp.where(table >= 0, table, n), axis=1), width, n)
     # the facets a cell has: those its live vertices lie on
     live = live_vertices(xp, cells)
     base = xp.arange(n, dtype=xp.int64, device=aac.device(seeds))[:, None, None] * f_cap
     on = xp.reshape(xp.where(live[..., None], base + cells.corners, n * f_cap), (-1,))
     present = xp.reshape(_compat.hits(xp, on, n * f_cap + 1)[:n * f_cap], (n, f_cap))
-    own = xp.sort(xp.where(present & (cells.labels >= 0), cells.labels, n), axis=1)
-    changed = xp.any(listed != own[:, :width], axis=1) | (own[:, width] < n if f_cap > width else False)
+    own = _padded(xp, xp.sort(xp.where(present & (cells.labels >= 0), cells.labels, n), axis=1), width, n)
+    changed = xp.any(listed != own, axis=1)
     # a valid cell with the same neighbours may still leave the box: a side it has not met
     seed_rel_lo, seed_rel_hi = lo[None, None, :] - seeds[:, None, :], hi[None, None, :] - seeds[:, None, :]
     slack = 64.0 * xp.finfo(seeds.dtype).eps * xp.max(hi - lo)
@@ -113,6 +111,14 @@ def _repaired(xp, seeds, psi, active, lo, hi, cells, valid):
     hidden = active & (table[:, 0] < 0) & (xp.sum(xp.astype(active, xp.int64)) > 1)
     return cells._replace(size=xp.where(hidden, 0, cells.size), count=xp.where(hidden, 0, cells.count),
                           certified=xp.asarray(True, device=aac.device(seeds)))
+
+
+def _padded(xp, table, width: int, fill: int):
+    """``table`` (n, W), W <= ``width``, with columns of ``fill`` up to ``width``."""
+    if table.shape[1] == width:
+        return table
+    pad = xp.full((table.shape[0], width - table.shape[1]), fill, dtype=table.dtype, device=aac.device(table))
+    return xp.concat([table, pad], axis=1)
 
 
 def _regular_table(xp, seeds, psi, active):
