@@ -82,17 +82,18 @@ def cell_combinatorics(p, psi, active, f_cap: int, v_cap: int):
     order = np.argsort(seed, kind="stable")                     # the entries by cell
     vslot = np.empty(4 * m, np.int64)
     vslot[order] = np.arange(4 * m) - np.repeat(np.cumsum(size) - size, size)
-    tet_of = np.repeat(np.arange(m), 4)
-    local = np.broadcast_to(_OTHERS[None], (m, 4, 3)).reshape(4 * m, 3)
-    others = tets[tet_of[:, None], local]                                  # (4m, 3)
-    y = p[seed]
-    da, db, dc = p[others[:, 0]] - y, p[others[:, 1]] - y, p[others[:, 2]] - y
-    flip = np.einsum("ij,ij->i", da, np.cross(db, dc)) < 0
-    others[flip] = others[flip][:, [0, 2, 1]]
-    local = np.where(flip[:, None], local[:, [0, 2, 1]], local)
+    # the other corners of each entry, counter-clockwise seen from outside its cell: the
+    # cyclic (k + 1, k + 2, k + 3) when the tetrahedron's orientation times (-1)^k (a 4-cycle is
+    # odd) is positive, else the last two swapped
+    y = p[tets]
+    e1, e2, e3 = y[:, 1] - y[:, 0], y[:, 2] - y[:, 0], y[:, 3] - y[:, 0]
+    positive = np.einsum("ij,ij->i", e1, np.cross(e2, e3)) > 0
+    flip = (positive[:, None] != (np.arange(4) % 2 == 0)[None, :]).reshape(-1)
+    swap = np.where(flip[:, None], np.array([0, 2, 1]), np.array([0, 1, 2]))
+    others = np.take_along_axis(tets[:, _OTHERS].reshape(4 * m, 3), swap, axis=1)
+    t_next = np.take_along_axis(across[:, _OTHERS].reshape(4 * m, 3), swap, axis=1)
     corners, row, col, degree = _facet_slots(seed, others, order, size, n)
     # edge q (opposite corner q) leads to the tetrahedron across the face without corner q
-    t_next = across[tet_of[:, None], local]                                # (4m, 3)
     missing = t_next < 0
     t_next = np.maximum(t_next, 0)
     k_next = _corner_of(tets.astype(np.int32)[t_next], seed.astype(np.int32)[:, None])
@@ -102,11 +103,12 @@ def cell_combinatorics(p, psi, active, f_cap: int, v_cap: int):
     open_ = bad_cells | ~fits
     # scatter into the slots
     put = ~open_[seed]
-    at = seed[put] * v_cap + vslot[put]
+    by_cell = order[put[order]]                                 # (writes in the order of the slots)
+    at = seed[by_cell] * v_cap + vslot[by_cell]
     corners_out = np.full((n * v_cap, 3), -1, np.int64)
     adjacent_out = np.zeros((n * v_cap, 3), np.int64)
-    corners_out[at] = corners[put]
-    adjacent_out[at] = adjacent[put]
+    corners_out[at] = corners[by_cell]
+    adjacent_out[at] = adjacent[by_cell]
     corners_out, adjacent_out = corners_out.reshape(n, v_cap, 3), adjacent_out.reshape(n, v_cap, 3)
     slot = np.arange(row.size) - np.repeat(np.cumsum(degree) - degree, degree)
     labels = np.full((n, f_cap), -7, np.int64)
