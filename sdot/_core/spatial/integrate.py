@@ -30,8 +30,28 @@ def cell_integrals(xp, seeds, cells, values, lo, hi):
     if tuple(values.shape) == (1, 1, 1) and not _compat.static_shapes(cells.vertices):
         moments, facet = _compat.blockwise(xp, lambda *rows: _uniform_rows(xp, cells, rows, False), *_rowwise(cells))
         return moments * values[0, 0, 0], facet * values[0, 0, 0]
+    if not _compat.static_shapes(cells.vertices):
+        return _compat.blockwise(xp, lambda y, *rows: _voxel_rows(xp, y, cells, rows, values, lo, hi),
+                                 seeds, *_rowwise(cells))
     tri, slot, valid = facet_triangles(xp, cells)
     return faces.cell_integrals_of_triangles(xp, seeds, tri, slot, valid, cells.labels.shape[1], values, lo, hi)
+
+
+def _voxel_rows(xp, seeds, cells, rows, values, lo, hi):
+    """:func:`cell_integrals` of a voxel density over a block of ``cells`` (``rows``: its
+    vertices, corners, adjacent and size; ``seeds`` its seeds), chunk after chunk of
+    :data:`CELL_CHUNK` cells: each chunk's boundary triangles (``3 V`` slots per cell, 1.5 GB
+    for all cells at once at 1e5 seeds) made and integrated in turn."""
+    m, f_cap = rows[0].shape[0], cells.labels.shape[1]
+    parts = []
+    for start in range(0, max(m, 1), CELL_CHUNK):
+        stop = min(start + CELL_CHUNK, m)
+        chunk = cells._replace(**{f: r[start:stop, ...] for f, r in
+                                  zip(("vertices", "corners", "adjacent", "size"), rows)})
+        tri, slot, valid = facet_triangles(xp, chunk)
+        parts.append(faces.cell_integrals_of_triangles(xp, seeds[start:stop, ...], tri, slot, valid, f_cap, values,
+                                                       lo, hi))
+    return xp.concat([p[0] for p in parts], axis=0), xp.concat([p[1] for p in parts], axis=0)
 
 
 def potential_integrals(xp, seeds, cells, psi, lo, hi, shape):
