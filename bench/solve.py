@@ -138,6 +138,7 @@ def _instrument(totals):
     timed(_compat, "delaunay_neighbours", "neighbours")
     timed(_compat, "regular_neighbours", "neighbours")
     timed(_compat, "regular_rings", "neighbours")
+    timed(_compat, "regular_cell_combinatorics", "neighbours")
     timed(_compat, "nearest", "neighbours")
     timed(planar, "power_cells", "cells", inner=("neighbours",))
     timed(spatial, "power_cells", "cells", inner=("neighbours",))

@@ -138,3 +138,26 @@ def test_solver_orders_its_newton_matrices_by_the_seeds(eager_backend, monkeypat
     assert bool(plan.converged) and float(plan.distance) == pytest.approx(0.009027850355009845, rel=1e-8)
     host = b.host
     assert (len(sizes) >= 1) == host and all(s == (1000, 2) for s in sizes)
+
+
+def test_3d_loose_solves_by_jacobi_before_any_factorisation():
+    """3D seeds at a Newton step's loose tolerance: the diagonal-preconditioned conjugate
+    gradient meets it (against scipy's direct solve) without a factorisation; at a tight
+    tolerance the factors (nested dissection in 3D from a few thousand rows) are made."""
+    import array_api_compat.numpy as xp
+
+    rng = np.random.default_rng(9)
+    n = 6000
+    points = rng.random((n, 3))
+    mat = delaunay_laplacian(points, rng.random(8 * n))
+    b = rng.standard_normal(n)
+    b -= b.mean()
+    exact = spsolve(mat.tocsc(), b)
+    solver = FACTORS.solver()
+    x = solver.solve(xp, *off_diagonal(mat), mat.diagonal(), b, rtol=np.asarray(1e-2), points=points)
+    assert np.linalg.norm(b - mat @ x) <= 1e-2 * np.linalg.norm(b)
+    assert np.linalg.norm(x - exact) <= 0.5 * np.linalg.norm(exact)
+    assert (solver.cache.jacobi_solves, solver.cache.factorisations) == (1, 0)
+    x = solver.solve(xp, *off_diagonal(mat), mat.diagonal(), b, rtol=np.asarray(1e-10), points=points)
+    assert np.linalg.norm(x - exact) <= 1e-8 * np.linalg.norm(exact)
+    assert solver.cache.factorisations == 1 and isinstance(solver.cache.lu, sparse_lu.ReorderedFactors)

@@ -82,6 +82,15 @@ class FactorPCGOptions:
     #: Rows from which the factors are ordered by nested dissection of the ``points`` rather
     #: than by minimum degree: a faster factorisation, more fill (a gain from about 1e5 rows).
     nested_dissection_from: int = 50_000
+    #: The same for seeds in 3D, whose Newton matrices fill more (measured on box3d's first
+    #: Newton matrix: factorisation 0.41 -> 0.24 s at 1e4 rows, 3.8 -> 2.0 s at 3e4).
+    nested_dissection_from_3d: int = 5_000
+    #: Rows of 3D seeds from which a solve to at least ``jacobi_rtol_3d`` first tries the
+    #: conjugate gradient preconditioned by the diagonal, within ``jacobi_iterations_3d``
+    #: iterations (see :class:`.host_only.sparse_lu.FactorCache`).
+    jacobi_first_from_3d: int = 5_000
+    jacobi_rtol_3d: float = 1e-3
+    jacobi_iterations_3d: int = 400
 
     def solver(self) -> FactorPCG:
         """A new solver with these options (no factors kept yet)."""

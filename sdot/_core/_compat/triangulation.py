@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .host_only import cells_3d
 from .host_only import triangulation as host_triangulation
 from .arrays import dot
 from .host import from_host, host_callback, host_view, is_traced, on_host
@@ -59,6 +60,17 @@ def regular_neighbours(xp, points, weights, active):
     else:
         table = on_host(host_triangulation.regular_table, points, weights, active)
     return None if table is None else from_host(xp, table, points)
+
+
+def regular_cell_combinatorics(xp, points, weights, active, f_cap: int, v_cap: int):
+    """The 3D power cells' combinatorics read off the regular triangulation of the active
+    ``points`` with ``weights`` (None: equal weights, Delaunay), in ``f_cap`` facet and
+    ``v_cap`` vertex slots: a dict of arrays, see
+    :func:`.host_only.cells_3d.cell_combinatorics`. Eagerly on the host only (scipy's
+    Qhull); None otherwise or if Qhull fails."""
+    found = on_host(lambda p, a, *w: cells_3d.cell_combinatorics(p, w[0] if w else None, a, f_cap, v_cap),
+                    points, active, *(() if weights is None else (weights,)))
+    return None if found is None else {k: from_host(xp, v, points) for k, v in found.items()}
 
 
 def regular_rings(xp, points, weights, active, stop_if_hidden=False, *, tile_points: int):

@@ -1,18 +1,25 @@
-"""Power (Laguerre) diagrams in 3D by vectorised half-space clipping.
+"""Power (Laguerre) diagrams in 3D.
 
 Cell ``i`` of seeds ``y`` with weights ``psi`` is
 
     L_i = { x in box : |x - y_i|^2 - psi_i <= |x - y_j|^2 - psi_j  for all j },
 
-found by clipping the box by the half-spaces of *candidates* (:mod:`.polyhedra`):
+stored as a convex polyhedron (:mod:`.polyhedra`) and found
 
-1. Without a previous diagram, the ``K`` nearest seeds. A cell clipped by them is exact
-   when its vertices lie within the radius of security (:func:`insecure`); the others are
-   clipped again, eagerly, with twice as many nearest seeds, until every cell is secure.
-2. From a previous diagram of the same seeds (the last Newton step), its neighbours.
-   Certificate: a cell clipped by a subset of its constraints contains the true cell and
-   the true cells tile the box, so ``sum_i vol(P_i) >= vol(box)``, with equality iff every
-   ``P_i`` is exact; checked up to rounding. If it fails, step 1.
+1. Eagerly on a host, read off the regular triangulation (Qhull): each tetrahedron is a
+   vertex of its four corners' cells (:mod:`.triangulated`); the cells that reach beyond
+   the box are clipped by its sides, those of the triangulation's hull seeds (unbounded)
+   clipped from the box by their neighbours. Exact: the neighbours in the regular
+   triangulation are the seeds that can cut a cell.
+2. From a previous diagram of the same seeds (the last Newton trial): its combinatorics
+   with the vertices moved to the new weights (:mod:`.kinetic`), kept if every cell is
+   still valid and the certificate holds; else (eagerly, on a host) step 1 again.
+3. Without a host: the box clipped by the half-spaces of *candidates*, the ``K`` nearest
+   seeds (a cell is exact when its vertices lie within the radius of security,
+   :func:`insecure`; the others are clipped again with twice as many) or the previous
+   diagram's neighbours. Certificate: a cell clipped by a subset of its constraints
+   contains the true cell and the true cells tile the box, so ``sum_i vol(P_i) >=
+   vol(box)``, with equality iff every ``P_i`` is exact; checked up to rounding.
 
 Under tracing the shapes are static: ``K`` nearest seeds once (or the previous
 neighbours), and ``certified`` reports whether the certificate holds.
@@ -29,6 +36,7 @@ from ..options import DIAGRAM
 from . import integrate
 from .kinetic import moved
 from .polyhedra import CAPACITY, Cells, box_cells, clip_by, live_vertices
+from .triangulated import triangulated_cells
 
 #: Nearest seeds that clip a first diagram.
 FIRST_CANDIDATES = 32
@@ -65,7 +73,7 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
         return reclipped()
     if same and _compat.host_any(xp, kept):
         return cells._replace(certified=xp.asarray(True, device=dev))
-    if same and (repaired := _repaired(xp, seeds, psi, active, lo, hi, cells, valid)) is not None:
+    if same and (repaired := regular_cells(xp, seeds, psi, active, lo, hi, capacity)) is not None:
         if stop_if_empty and _compat.host_any(xp, active & (repaired.count == 0)):
             return repaired._replace(certified=xp.asarray(False, device=dev))
         return _grown_if_overflowing(xp, repaired, seeds, psi, active, lo, hi, None, capacity, None, stop_if_empty,
@@ -79,50 +87,6 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
                                          lo, hi, candidates, capacity, previous, stop_if_empty, options)
     cells = first_cells(xp, seeds, psi, active, lo, hi, capacity)
     return _grown_if_overflowing(xp, cells, seeds, psi, active, lo, hi, None, capacity, None, stop_if_empty, options)
-
-
-def _repaired(xp, seeds, psi, active, lo, hi, cells, valid):
-    """Eagerly on the host, the moved ``cells`` (:func:`.polyhedra.moved`) made exact: the
-    cells that are not ``valid`` or whose neighbours in the regular triangulation are not
-    their facets' seeds clipped again by those neighbours (a valid cell with the same
-    neighbours is the intersection of the same half-spaces: exact). None without a host."""
-    table = _regular_table(xp, seeds, psi, active)
-    if table is None:
-        return None
-    n, f_cap = cells.labels.shape
-    width = table.shape[1]
-    if width > f_cap - 6:
-        return None                             # more neighbours than slots: rebuilt wider
-    listed = xp.sort(xp.where(table >= 0, table, n), axis=1)
-    # the facets a cell has: those its live vertices lie on
-    live = live_vertices(xp, cells)
-    base = xp.arange(n, dtype=xp.int64, device=aac.device(seeds))[:, None, None] * f_cap
-    on = xp.reshape(xp.where(live[..., None], base + cells.corners, n * f_cap), (-1,))
-    present = xp.reshape(_compat.hits(xp, on, n * f_cap + 1)[:n * f_cap], (n, f_cap))
-    own = xp.sort(xp.where(present & (cells.labels >= 0), cells.labels, n), axis=1)
-    changed = xp.any(listed != own[:, :width], axis=1) | (own[:, width] < n if f_cap > width else False)
-    # a valid cell with the same neighbours may still leave the box: a side it has not met
-    seed_rel_lo, seed_rel_hi = lo[None, None, :] - seeds[:, None, :], hi[None, None, :] - seeds[:, None, :]
-    slack = 64.0 * xp.finfo(seeds.dtype).eps * xp.max(hi - lo)
-    beyond = (cells.vertices < seed_rel_lo - slack) | (cells.vertices > seed_rel_hi + slack)
-    outside = xp.any(live[..., None] & beyond, axis=(1, 2))
-    changed = changed | outside
-    redo, _ = _compat.true_entries(xp, active & (changed | ~valid))
-    part = _clipped_rows(xp, seeds, psi, active, lo, hi, f_cap, redo, xp.take(table, redo, axis=0))
-    cells = _put(xp, cells, redo, part)
-    hidden = active & (table[:, 0] < 0) & (xp.sum(xp.astype(active, xp.int64)) > 1)
-    return cells._replace(size=xp.where(hidden, 0, cells.size), count=xp.where(hidden, 0, cells.count),
-                          certified=xp.asarray(True, device=aac.device(seeds)))
-
-
-def _regular_table(xp, seeds, psi, active):
-    """The neighbours of every active seed in the regular triangulation (Delaunay at equal
-    weights: Qhull's Delaunay is 5 times faster than its lifted hull at 1e4), on the host;
-    None without a host or if Qhull fails."""
-    equal = _compat.on_host(lambda w, a: bool(a.any()) and float(w[a].max() - w[a].min()) == 0.0, psi, active)
-    if equal is None:
-        return None
-    return _compat.regular_neighbours(xp, seeds, None if equal else psi, active)
 
 
 def _clipped(xp, seeds, psi, active, lo, hi, capacity, candidates):
@@ -150,20 +114,25 @@ def first_cells(xp, seeds, psi, active, lo, hi, capacity: int):
 
 
 def regular_cells(xp, seeds, psi, active, lo, hi, capacity: int):
-    """Every cell clipped by its neighbours in the regular triangulation (the seeds that cut
-    it: exact), hidden seeds' cells empty, from Qhull on the host; under ``jax.jit`` through
-    a host callback, the first ``capacity - 6`` neighbours, certified by the volume sum. None
-    without a host or if Qhull fails (degenerate inputs)."""
+    """Every cell from the regular triangulation (Qhull on the host; Delaunay at equal
+    weights, 5 times faster than the lifted hull at 1e4): eagerly read off it
+    (:func:`.triangulated.triangulated_cells`), hidden seeds' cells empty; under ``jax.jit``
+    through a host callback, clipped by the first ``capacity - 6`` neighbours, certified
+    by the volume sum. None without a host or if Qhull fails (degenerate inputs)."""
     if _compat.static_shapes(seeds):
         table = _compat.delaunay_neighbours(xp, seeds, capacity - 6, psi, active)
         if table is None:
             return None
         cells = _clipped(xp, seeds, psi, active, lo, hi, capacity, table)
         return cells._replace(certified=tiles_the_box(xp, cells, lo, hi))
-    table = _regular_table(xp, seeds, psi, active)
-    if table is None:
+    equal = _compat.on_host(lambda w, a: bool(a.any()) and float(w[a].max() - w[a].min()) == 0.0, psi, active)
+    if equal is None:
         return None
-    cells = _clipped(xp, seeds, psi, active, lo, hi, capacity, table)
+    built = triangulated_cells(xp, seeds, psi, active, lo, hi, capacity, equal=equal, clipped_rows=lambda rows, t:
+                               _clipped_rows(xp, seeds, psi, active, lo, hi, capacity, rows, t))
+    if built is None:
+        return None
+    cells, table = built
     hidden = active & (table[:, 0] < 0) & (xp.sum(xp.astype(active, xp.int64)) > 1)
     return cells._replace(size=xp.where(hidden, 0, cells.size), count=xp.where(hidden, 0, cells.count),
                           certified=xp.asarray(True, device=aac.device(seeds)))

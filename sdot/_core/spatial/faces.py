@@ -696,6 +696,13 @@ def _uniform_integrals(xp, triangles, slot, valid, F, values):
     return c * xp.stack(moments, axis=1), c * xp.reshape(facet, (n, F))
 
 
+def determinants(xp, a, b, c):
+    """``a . (b x c)`` of the rows of ``a, b, c`` (T, 3): six times the signed volume of the
+    tetrahedron ``(0, a, b, c)``, as :func:`tetrahedra` rounds it."""
+    ax, ay, az, bx, by, bz, cx, cy, cz = (x[:, k] for x in (a, b, c) for k in range(3))
+    return ax * (by * cz - bz * cy) + ay * (bz * cx - bx * cz) + az * (bx * cy - by * cx)
+
+
 def tetrahedra(xp, X):
     """Per triangle ``(a, b, c)`` (9 arrays), the volume, first moments and second moment of
     the tetrahedron ``(0, a, b, c)`` (signed), and the triangle's area."""

@@ -19,7 +19,29 @@ def moved(xp, seeds, psi, lo, hi, cells):
     """See :func:`_moved_all`; eagerly on the live vertices alone (:func:`_moved_listed`)."""
     if _compat.static_shapes(cells.vertices) or aac.is_jax_array(cells.vertices):
         return _moved_all(xp, seeds, psi, lo, hi, cells)
-    return _moved_listed(xp, seeds, psi, lo, hi, cells)
+    rows = xp.arange(seeds.shape[0], dtype=xp.int64, device=aac.device(seeds))
+    vertices, valid = _compat.blockwise(xp, lambda *block: _moved_chunks(xp, seeds, psi, lo, hi, cells, *block),
+                                        rows, cells.vertices, cells.corners, cells.adjacent, cells.size, cells.labels)
+    return cells._replace(vertices=vertices), valid
+
+
+#: Cells per chunk of the eager :func:`moved`: the temporaries stay in the CPU caches.
+CELL_CHUNK = 1024
+
+
+def _moved_chunks(xp, seeds, psi, lo, hi, cells, rows, *fields):
+    """:func:`_moved_listed` on the cells ``rows`` (their ``fields``: vertices, corners,
+    adjacent, size, labels), chunk after chunk of :data:`CELL_CHUNK` cells:
+    ``(vertices, valid)``."""
+    m = rows.shape[0]
+    parts = []
+    for start in range(0, max(m, 1), CELL_CHUNK):
+        stop = min(start + CELL_CHUNK, m)
+        chunk = cells._replace(**{f: a[start:stop, ...] for f, a in
+                                  zip(("vertices", "corners", "adjacent", "size", "labels"), fields)})
+        part, valid = _moved_listed(xp, seeds, psi, lo, hi, chunk, rows[start:stop])
+        parts.append((part.vertices, valid))
+    return xp.concat([p[0] for p in parts], axis=0), xp.concat([p[1] for p in parts], axis=0)
 
 
 def _planes_of(xp, seeds, psi, cell, labels, lo, hi):
@@ -39,7 +61,7 @@ def _planes_of(xp, seeds, psi, cell, labels, lo, hi):
     return xp.where(is_seed[..., None], d, box_normal), xp.where(is_seed, b, _compat.dot(box_normal, bound))
 
 
-def _vertex_and_check(xp, n3, b3):
+def cramer(xp, n3, b3):
     """The meeting point ``u`` of three planes (normals ``n3`` (..., 3, 3), offsets ``b3``
     (..., 3)) by Cramer's rule, and whether it is well defined."""
     p, q, r = n3[..., 0, :], n3[..., 1, :], n3[..., 2, :]
@@ -57,8 +79,8 @@ def _edges_hold(xp, n3, b3, far):
     return xp.all(gap < -tol, axis=-1)
 
 
-def _moved_listed(xp, seeds, psi, lo, hi, cells):
-    """:func:`_moved_all` on the list of live vertices."""
+def _moved_listed(xp, seeds, psi, lo, hi, cells, rows):
+    """:func:`_moved_all` on the list of live vertices of ``cells``, those of the seeds ``rows``."""
     n, v_cap, _ = cells.vertices.shape
     f_cap = cells.labels.shape[1]
     at = xp.nonzero(xp.reshape(live_vertices(xp, cells), (-1,)))[0]
@@ -66,8 +88,9 @@ def _moved_listed(xp, seeds, psi, lo, hi, cells):
     corners = xp.take(xp.reshape(cells.corners, (n * v_cap, 3)), at, axis=0)
     labels = xp.take(xp.reshape(cells.labels, (-1,)), xp.reshape(cell[:, None] * f_cap + corners, (-1,)))
     cell3 = xp.broadcast_to(cell[:, None], corners.shape)
-    n3, b3 = _planes_of(xp, seeds, psi, cell3, xp.reshape(labels, corners.shape), lo, hi)
-    u, ok = _vertex_and_check(xp, n3, b3)
+    seed3 = xp.broadcast_to(xp.take(rows, cell)[:, None], corners.shape)
+    n3, b3 = _planes_of(xp, seeds, psi, seed3, xp.reshape(labels, corners.shape), lo, hi)
+    u, ok = cramer(xp, n3, b3)
     flat = _compat.set_rows(xp, xp.reshape(cells.vertices, (n * v_cap, 3)), at, u)
     far_idx = cell3 * v_cap + xp.take(xp.reshape(cells.adjacent, (n * v_cap, 3)), at, axis=0)
     far = xp.reshape(xp.take(flat, xp.reshape(far_idx, (-1,)), axis=0), n3.shape)
@@ -91,7 +114,7 @@ def _moved_all(xp, seeds, psi, lo, hi, cells):
     labels = _compat.row_gather(cells.labels, c)                  # (n, V, 3): the three facets
     cell = xp.broadcast_to(xp.arange(n, dtype=xp.int64, device=aac.device(c))[:, None, None], c.shape)
     n3, b3 = _planes_of(xp, seeds, psi, cell, labels, lo, hi)
-    u, ok = _vertex_and_check(xp, n3, b3)
+    u, ok = cramer(xp, n3, b3)
     ok = live & ok
     u = xp.where(ok[..., None], u, cells.vertices)
     far = _compat.row_gather(u, xp.where(live[..., None], cells.adjacent, 0))      # (n, V, 3, 3)
