@@ -1,0 +1,258 @@
+"""One tile of the distributed solve: a dask actor that holds its Diracs, their halo, their
+weights and the cells, on one worker.
+
+The tile *owns* the Diracs of its rectangle (:mod:`.tiling`) and holds a *halo*: the Diracs
+of other tiles within ``width`` of the rectangle, with their weights (copies, sent by their
+owners). The power diagram of owned and halo Diracs together (the NumPy core,
+:func:`sdot._core.newton.evaluate`) gives the owned cells; they are the true cells when
+:func:`.tiling.halo_certified` holds, else the client grows the halo. The owned cells give
+the owned masses, W2^2's share and the owned rows of the Newton matrix
+(:mod:`.tile_system`). Only weights of the halo and scalars leave a tile.
+
+Every method runs on the tile's worker; the arrays are NumPy, in the coordinates of the
+core's normalised problem (centred on the domain, divided by its longest side).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .._core import geometry, newton
+from .._core._compat.host_only.threads import host_settings
+from .._core.options import DEFAULT
+from . import tiling
+from .tile_system import TileSystem
+
+
+class Tile:
+    """The actor of tile ``index`` of rectangle ``[lo, hi)`` (normalised coordinates).
+
+    ``pieces``: the ``(positions, global ids, masses)`` of its Diracs, one triple per chunk
+    of the input (raw coordinates, normalised here by ``centre`` and ``scale``, exactly as
+    the single-process solve does). ``density``: the normalised density
+    (:class:`sdot._core.density.PixelDensity`). ``aggregate_size``: Diracs per aggregate of
+    the coarse space of the preconditioner.
+    """
+
+    def __init__(self, index, lo, hi, centre, scale, density, total, aggregate_size, threads, *pieces):
+        positions = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros((0, 2))
+        self.index, self.lo, self.hi, self.density, self.total = index, lo, hi, density, total
+        self.threads = threads
+        self.seeds = (positions - centre) / scale
+        self.ids = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0, np.int64)
+        masses = np.concatenate([p[2] for p in pieces]) if pieces else np.zeros(0)
+        n = self.seeds.shape[0]
+        if n:
+            _, self.active, self.targets = newton.group_duplicates(np, self.seeds, masses)
+        else:
+            self.active, self.targets = np.zeros(0, bool), np.zeros(0)
+        levels = max(0, int(np.round(np.log2(max(n, 1) / aggregate_size))))
+        self.aggregates = tiling.kd_tiles(self.seeds, levels)[2]
+        self.n_aggregates = 2 ** levels
+        self.psi, self.d = np.zeros(n), np.zeros(n)
+        self.factor = None
+        self.seconds = {}
+        self.exports = {}
+        self.set_halo([], 0.0)
+
+    # -- the halo -------------------------------------------------------------------
+
+    def _spent(self, name, start):
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def timings(self):
+        """Seconds spent by this tile in its diagrams, trials, factorisations and the
+        conjugate gradient's local work."""
+        return dict(self.seconds)
+
+    def sizes(self):
+        """``(owned Diracs, aggregates)``."""
+        return self.seeds.shape[0], self.n_aggregates
+
+    def target_range(self):
+        """``(smallest, largest)`` active target (``inf, -inf`` if none)."""
+        t = self.targets[self.active]
+        return float(np.min(t, initial=np.inf)), float(np.max(t, initial=-np.inf))
+
+    def set_offset(self, offset, box_lo, box_hi):
+        """The first global aggregate id of this tile, and the rectangles of every tile."""
+        self.aggregates = self.aggregates + offset
+        self.first_aggregate = offset
+        self.gaps = np.array([tiling.box_gap(a, b, self.lo, self.hi) for a, b in zip(box_lo, box_hi)])
+
+    def halo_for(self, other, lo, hi, width):
+        """The owned Diracs within ``width`` of the rectangle ``[lo, hi]`` of tile ``other``:
+        kept as the rows sent to it, and returned as a piece of its halo (positions, activity,
+        aggregates, weights, Newton direction)."""
+        rows = np.flatnonzero(tiling.distance_to_box(self.seeds, lo, hi) <= width)
+        self.exports[other] = rows
+        return (self.seeds[rows], self.active[rows], self.aggregates[rows], self.psi[rows], self.d[rows])
+
+    def set_halo(self, pieces, width):
+        """The halo of ``width``: ``pieces`` a list of ``(tile, piece of halo_for)``. The
+        diagram of the current weights is rebuilt (returns :meth:`evaluate`'s summary)."""
+        self.width = width
+        self.sources = [t for t, _ in pieces]
+        self.counts = [p[0].shape[0] for _, p in pieces]
+        parts = list(zip(*[p for _, p in pieces])) or [[np.zeros((0, 2))], [np.zeros(0, bool)],
+                                                        [np.zeros(0, np.int64)], [np.zeros(0)], [np.zeros(0)]]
+        halo_seeds, halo_active, self.halo_aggregates, self.halo_psi, self.halo_d = (np.concatenate(a) for a in parts)
+        self.local_seeds = np.concatenate([self.seeds, halo_seeds])
+        self.local_active = np.concatenate([self.active, halo_active])
+        self.everything = self.local_seeds.shape[0] == self.total
+        self.ev = None
+
+    def send(self, name):
+        """``{tile: values of the rows it holds in its halo}`` of the owned vector ``name``
+        (``psi``, ``d`` or the conjugate gradient's ``z``)."""
+        values = getattr(self, name) if name != "z" else self.system.z
+        return {t: values[rows] for t, rows in self.exports.items()}
+
+    def receive(self, name, pieces):
+        """The halo's values of vector ``name`` from ``pieces`` ``{tile: values}``."""
+        values = np.concatenate([pieces[t] for t in self.sources]) if self.sources else np.zeros(0)
+        setattr(self, "halo_" + name, values)
+
+    # -- cells and masses -------------------------------------------------------------
+
+    def evaluate(self, tops, t=0.0, trial=False):
+        """The diagram at weights ``psi + t d`` (owned and halo): its summary
+        ``dict(certified, halo_ok, worst, err_max, err_sq, min_mass, distance)``.
+        ``tops``: per tile a bound on its weights at ``t`` outside this tile's halo (the halo
+        test, see :meth:`weights_beyond_halos`); ``trial``: a damping trial, built from the
+        current diagram and abandoned at an empty cell."""
+        if not self.seeds.shape[0]:             # a tile without Diracs: nothing to compute
+            self.trial = (t, None) if trial else None
+            return dict(certified=True, halo_ok=True, err_max=0.0, err_sq=0.0, min_mass=np.inf, worst=np.inf,
+                        distance=0.0)
+        psi = np.concatenate([self.psi, self.halo_psi])
+        if t:
+            psi = psi + t * np.concatenate([self.d, self.halo_d])
+        previous = self.ev.cells if trial and self.ev is not None else None
+        capacity = None if self.ev is None else self.ev.cells.labels.shape[1]
+        prob = newton.Problem(self.local_seeds, None, self.density)
+        start = time.perf_counter()
+        with host_settings(threads=self.threads):
+            ev = newton.evaluate(np, prob, psi, self.local_active, capacity=capacity, previous=previous,
+                                 trial=np.asarray(True) if trial else None, diagram=DEFAULT.diagram)
+        self._spent("trial" if trial else "diagram", start)
+        summary = self._summary(ev, psi, tops)
+        if trial:
+            self.trial = (t, ev)
+        else:
+            self.ev = ev
+        return summary
+
+    def weights_beyond_halos(self, t, count):
+        """Per tile ``T`` (``count`` of them) the largest weight ``psi + t d`` of the owned active
+        Diracs outside ``T``'s halo (all of them for tiles it sends nothing; ``-inf`` for
+        itself): the bounds of ``T``'s halo test (:func:`.tiling.halo_certified`)."""
+        psi = np.where(self.active, self.psi + t * self.d if t else self.psi, -np.inf)
+        top = float(np.max(psi, initial=-np.inf))
+        out = np.full(count, top)
+        out[self.index] = -np.inf
+        for other, rows in self.exports.items():        # a loop over the neighbours
+            beyond = psi.copy()
+            beyond[rows] = -np.inf
+            out[other] = float(np.max(beyond, initial=-np.inf))
+        return out
+
+    def accept(self):
+        """Take the last trial: the weights move to ``psi + t d``."""
+        t, self.ev = self.trial
+        self.psi = self.psi + t * self.d
+        self.halo_psi = self.halo_psi + t * self.halo_d
+        self.trial = None
+
+    def _summary(self, ev, psi, tops):
+        n = self.seeds.shape[0]
+        cells = ev.cells
+        certified = bool(cells.certified) and not bool(np.any(cells.overflow))
+        mass = ev.moments[:n, 0]
+        halo_ok = True
+        if certified and n and not self.everything:
+            halo_ok = bool(np.all(tiling.halo_certified(
+                self.seeds, psi[:n], cells.vertices[:n], cells.count[:n], self.active, self.lo, self.hi,
+                self.width, self.gaps, tops)))
+        a = self.active
+        err = np.where(a, mass - self.targets, 0.0)
+        return dict(certified=certified, halo_ok=halo_ok, err_max=float(np.max(np.abs(err), initial=0.0)),
+                    err_sq=float(np.sum(err * err)), min_mass=float(np.min(mass[a], initial=np.inf)),
+                    worst=float(np.min(mass[a] / self.targets[a], initial=np.inf)),
+                    distance=float(np.sum(ev.moments[:n, -1][a])))
+
+    def results(self):
+        """``(global ids, cell masses, weights, barycentres, active)`` of the owned Diracs
+        (inactive ones, duplicates and zero masses, hold no mass)."""
+        n = self.seeds.shape[0]
+        if not n:
+            return self.ids, np.zeros(0), self.psi, self.seeds, self.active
+        mom = self.ev.moments[:n]
+        safe = np.where(mom[:, 0] > 0, mom[:, 0], 1.0)
+        bary = self.seeds + np.where(mom[:, :1] > 0, mom[:, 1:-1] / safe[:, None], 0.0)
+        return self.ids, np.where(self.active, mom[:, 0], 0.0), self.psi, bary, self.active
+
+    # -- the Newton system --------------------------------------------------------------
+
+    def newton_system(self):
+        """The owned rows of the Newton matrix at the current diagram (kept), and the scalars
+        of its regularisation and of the centring of the right-hand side:
+        ``(sum of the diagonal, active count, sum of the active right-hand side)``."""
+        n = self.seeds.shape[0]
+        self.system = TileSystem(n, self.local_seeds, self.ev, self.active,
+                                 self.targets - (self.ev.moments[:n, 0] if n else 0.0),
+                                 np.concatenate([self.aggregates, self.halo_aggregates]), self.first_aggregate,
+                                 self.n_aggregates)
+        return self.system.scalars()
+
+    def start_solve(self, regularisation, mean, refactor=True):
+        """See :meth:`.tile_system.TileSystem.start` (the last factors kept unless ``refactor``);
+        with the rows of ``z`` for the halos."""
+        start = time.perf_counter()
+        out = self.system.start(regularisation, mean, None if refactor else self.factor)
+        self._spent("factor", start)
+        self.factor = self.system.factor
+        return out + (self.send("z"),)
+
+    def cg_update(self, alpha):
+        """See :meth:`.tile_system.TileSystem.update`; with the rows of ``z`` for the halos."""
+        start = time.perf_counter()
+        out = self.system.update(alpha) + (self.send("z"),)
+        self._spent("cg", start)
+        return out
+
+    def cg_direction(self, beta, coarse, pieces):
+        """See :meth:`.tile_system.TileSystem.direction_times_matrix` (``pieces``: ``{tile:
+        rows of its z}``)."""
+        start = time.perf_counter()
+        halo_z = np.concatenate([pieces[t] for t in self.sources]) if self.sources else np.zeros(0)
+        out = self.system.direction_times_matrix(beta, coarse, halo_z)
+        self._spent("cg", start)
+        return out
+
+    def direction_sum(self):
+        """``(sum of the solution over the active Diracs, their count)``."""
+        return float(np.sum(self.system.x[self.active])), int(np.sum(self.active))
+
+    def set_direction(self, mean):
+        """The Newton direction: the solution minus ``mean`` (0 on inactive Diracs);
+        returns its rows for the other tiles' halos."""
+        self.d = np.where(self.active, self.system.x - mean, 0.0)
+        self.system = None
+        return self.send("d")
+
+    def hiding_step(self):
+        """The smallest step that certainly hides an owned Dirac (:func:`.planar.hiding_step`)
+        at the current diagram and direction (halo directions received)."""
+        n = self.seeds.shape[0]
+        if not n:
+            return np.inf
+        geom = geometry.of(2)
+        psi = np.concatenate([self.psi, self.halo_psi])
+        owned = self.local_active & (np.arange(self.local_seeds.shape[0]) < n)
+        d = np.concatenate([self.d, self.halo_d])
+        with host_settings(threads=self.threads):
+            # the fans see every Dirac of the diagram; the steps count for the owned ones
+            fans = geom.fans(np, self.local_seeds, psi, self.local_active, self.ev.cells)
+            return float(geom.hiding_step(np, self.local_seeds, psi, d, owned, self.ev.cells, fans))

@@ -1,0 +1,103 @@
+"""Tiles of the plane by balanced k-d cuts, and the halo test of a tile.
+
+A tile is a rectangle ``[lo, hi)`` (bounds may be infinite) of a k-d tree whose cuts
+split the Diracs into halves: a node is cut along its longer axis at the median of its
+Diracs, ``levels`` times, which gives ``2**levels`` tiles of equal counts (up to one) on
+any point set, clustered ones included. Every Dirac lies in exactly one tile (half-open
+intervals), so exact duplicates share a tile.
+
+A tile's *halo* of width ``h`` is every Dirac of the other tiles at distance at most
+``h`` from its rectangle. The owned cells computed from the owned and halo Diracs alone
+are the true cells if no Dirac outside can cut them (:func:`halo_certified`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def kd_tiles(points, levels: int):
+    """The rectangles ``(lo, hi)`` ``(2**levels, 2)`` of a balanced k-d tree of ``points``
+    (m, 2) (all Diracs or a sample of them), and the tile of each point ``(m,)``: each node
+    cut along its longer extent (of its points) at their median. Outer bounds are infinite."""
+    m = points.shape[0]
+    lo = np.full((1, 2), -np.inf)
+    hi = np.full((1, 2), np.inf)
+    owner = np.zeros(m, dtype=np.int64)
+    for _ in range(levels):                      # one vectorised pass per level of the tree
+        count = lo.shape[0]
+        size = np.bincount(owner, minlength=count)
+        first = np.concatenate([[0], np.cumsum(size)[:-1]])
+        by_node = np.argsort(owner, kind="stable")
+        filled = size > 0
+        span = np.zeros((count, 2))
+        if m:
+            starts = first[filled]
+            span[filled] = (np.maximum.reduceat(points[by_node], starts, axis=0)
+                            - np.minimum.reduceat(points[by_node], starts, axis=0))
+        axis = np.argmax(span, axis=1)
+        along = points[np.arange(m), axis[owner]]
+        order = np.lexsort((along, owner))
+        rows = np.arange(count)
+        cut = np.where(filled, along[order][np.minimum(first + size // 2, max(m - 1, 0))] if m else 0.0, 0.0)
+        cut = np.clip(cut, lo[rows, axis], hi[rows, axis])      # an empty node's cut stays inside it
+        left_hi, right_lo = hi.copy(), lo.copy()
+        left_hi[rows, axis] = cut
+        right_lo[rows, axis] = cut
+        lo = np.stack([lo, right_lo], axis=1).reshape(-1, 2)
+        hi = np.stack([left_hi, hi], axis=1).reshape(-1, 2)
+        owner = 2 * owner + (along >= cut[owner])
+    return lo, hi, owner
+
+
+def tile_of(points, lo, hi):
+    """The tile ``(m,)`` of each of ``points`` (m, 2): the rectangle ``lo <= x < hi``
+    that holds it (a loop over the few tiles)."""
+    owner = np.zeros(points.shape[0], dtype=np.int64)
+    for t in range(lo.shape[0]):
+        inside = np.all((points >= lo[t]) & (points < hi[t]), axis=1)
+        owner[inside] = t
+    return owner
+
+
+def distance_to_box(points, lo, hi):
+    """Euclidean distance ``(m,)`` from ``points`` (m, 2) to the rectangle ``[lo, hi]``
+    (0 inside; infinite bounds allowed)."""
+    gap = np.maximum(np.maximum(lo - points, points - hi), 0.0)
+    return np.sqrt(np.sum(gap * gap, axis=1))
+
+
+def box_gap(lo_a, hi_a, lo_b, hi_b):
+    """Distance between the rectangles ``[lo_a, hi_a]`` and ``[lo_b, hi_b]``."""
+    gap = np.maximum(np.maximum(lo_a - hi_b, lo_b - hi_a), 0.0)
+    return float(np.sqrt(np.sum(gap * gap)))
+
+
+def halo_certified(seeds, psi, vertices, count, active, lo, hi, width, gaps, tops):
+    """Whether each of the cells ``(vertices, count)`` of ``seeds`` (m, 2) at weights ``psi``,
+    computed from the tile ``[lo, hi]``'s Diracs and its halo of ``width``, is a true cell.
+
+    A Dirac ``j`` of tile ``S`` that is not in the halo has ``dist(y_j, tile) > r_S =
+    max(width, gaps[S])`` (``gaps[S]`` the distance between the two rectangles), so at a
+    vertex ``v`` ``|v - y_j| > r_S - dist(v, tile)`` and its power ``|v - y_j|^2 - psi_j``
+    exceeds ``max(r_S - dist(v, tile), 0)^2 - tops[S]`` (``tops[S]`` at least every weight of
+    tile ``S``; ``-inf`` for the tile itself and tiles without Diracs). A convex cell whose
+    vertices all have a smaller power for their own Dirac is cut by no such ``j``: the cell
+    is exact. Returns a boolean per cell (inactive cells: True).
+    """
+    cap = vertices.shape[1]
+    used = np.arange(cap)[None, :] < count[:, None]
+    points = seeds[:, None, :] + vertices
+    gap = np.maximum(np.maximum(lo - points, points - hi), 0.0)
+    outside = np.sqrt(np.sum(gap * gap, axis=2))
+    own = np.sum(vertices * vertices, axis=2) - psi[:, None]
+    bound = np.full(own.shape, np.inf)
+    scale = np.zeros(own.shape)
+    for reach_s, top in zip(np.maximum(width, gaps), tops):    # a loop over the tiles
+        if top == -np.inf:
+            continue
+        reach = np.maximum(reach_s - outside, 0.0)
+        bound = np.minimum(bound, reach * reach - top)
+        scale = np.maximum(scale, reach * reach + abs(top))
+    margin = 64.0 * np.finfo(seeds.dtype).eps * (scale + np.abs(psi)[:, None] + 1.0)
+    ok = ~used | (own <= bound - margin)
+    return ~active | np.all(ok, axis=1)
