@@ -37,7 +37,7 @@ def _client(client):
         return Client(cluster)
 
 
-def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker=2, halo=16.0,
+def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker=2, halo=8.0,
           aggregate_size=32, verbose=False, raise_on_failure=True):
     """Solve the transport from equal Diracs at ``positions`` to ``grid`` on a dask cluster.
 
@@ -58,7 +58,7 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
         Tiles per worker (rounded up to a power of two in all).
     halo : float
         First halo width, in mean Dirac spacings (tiles whose cells it does not certify
-        get a halo 1.5 times as wide, as often as needed).
+        get a halo twice as wide, as often as needed).
     aggregate_size : int
         Diracs per aggregate of the coarse level of the preconditioner.
     verbose : bool

@@ -130,8 +130,8 @@ def test_halo_certificate_against_brute_force():
     own = np.flatnonzero(owned)
     vertices = rng.uniform(0.005, 0.05, (own.size, 1, 1)) * rng.standard_normal((own.size, 6, 2))
     count = np.full(own.size, 6)
-    ok = tiling.halo_certified(seeds[own], psi[own], vertices, count, np.ones(own.size, bool), lo, hi, width,
-                               np.array([0.0]), np.array([psi.max()]))
+    ok = tiling.halo_certified(seeds[own], psi[own], vertices, count, np.ones(own.size, bool), lo, hi,
+                               np.array([width]), np.array([psi.max()]))
     points = seeds[own][:, None, :] + vertices
     power_own = np.sum(vertices ** 2, axis=2) - psi[own][:, None]
     power_out = np.min(np.sum((points[:, :, None, :] - seeds[outside][None, None]) ** 2, axis=3) - psi[outside], axis=2)

@@ -50,7 +50,7 @@ def _piece(split, t):
     return split[t]
 
 
-def tiles_on_workers(client, positions, density, centre, scale, tiles_per_worker, aggregate_size):
+def tiles_on_workers(client, positions, density, centre, scale, tiles_per_worker, aggregate_size, first_width):
     """The tile actors (a list, in k-d order) and their rectangles in normalised coordinates."""
     from dask import delayed
 
@@ -76,19 +76,21 @@ def tiles_on_workers(client, positions, density, centre, scale, tiles_per_worker
     tiles = [f.result() for f in futures]
     sizes = gathered([t.sizes() for t in tiles])
     offsets = np.concatenate([[0], np.cumsum([s[1] for s in sizes])])
-    gathered([t.set_offset(int(o), box_lo, box_hi) for t, o in zip(tiles, offsets[:-1])])
+    gathered([t.set_offset(int(o), box_lo, box_hi, first_width) for t, o in zip(tiles, offsets[:-1])])
     return tiles, box_lo, box_hi, int(offsets[-1]), [s[0] for s in sizes]
 
 
-def with_halos(tiles, box_lo, box_hi, which, widths):
-    """Give each tile ``k`` of ``which`` the halo of its width in ``widths``: the Diracs of every
-    tile whose rectangle is that close (all requests at once)."""
+def with_halos(tiles, box_lo, box_hi, which, levels, first_width):
+    """Give each tile ``k`` of ``which`` the halo of its level in ``levels`` (the width
+    ``first_width * 2^level``): the Diracs of every tile whose rectangle is that close (all
+    requests at once)."""
+    widths = [first_width * 2.0 ** level for level in levels]
     near = {k: [s for s in range(len(tiles))
                 if s != k and tiling.box_gap(box_lo[s], box_hi[s], box_lo[k], box_hi[k]) <= w]
             for k, w in zip(which, widths)}
-    pieces = gathered([tiles[s].halo_for(k, box_lo[k], box_hi[k], w) for k, w in zip(which, widths) for s in near[k]])
+    pieces = gathered([tiles[s].halo_for(k, level) for k, level in zip(which, levels) for s in near[k]])
     calls, start = [], 0
-    for k, w in zip(which, widths):
-        calls.append(tiles[k].set_halo(list(zip(near[k], pieces[start:start + len(near[k])])), w))
+    for k, level in zip(which, levels):
+        calls.append(tiles[k].set_halo(list(zip(near[k], pieces[start:start + len(near[k])])), level))
         start += len(near[k])
     gathered(calls)

@@ -7,7 +7,7 @@ test: a certified diagram, every cell keeps ``eps0`` and ``|G - m|`` decreases b
 the backtracking and the stall rule), with the values of :data:`sdot._core.options.DEFAULT`.
 The client holds scalars only; weights, cells and the Newton matrix's rows live on the
 tiles (:mod:`.tile`), the linear solve is :mod:`.cg`. A tile whose halo does not certify its
-cells gets a halo 1.5 times as wide (:func:`.setup.with_halos`) and is evaluated again.
+cells gets a halo twice as wide (:func:`.setup.with_halos`) and is evaluated again.
 
 One difference: the start is always the Voronoi diagram (psi = 0), which the damped Newton
 method needs to hold some mass in every cell (Kitagawa, Merigot, Thibert); the single-process
@@ -79,13 +79,13 @@ class _Halos:
     """The halo width of each tile and the growth of those whose cells are not certified."""
 
     def __init__(self, tiles, box_lo, box_hi, width):
-        self.tiles, self.box_lo, self.box_hi = tiles, box_lo, box_hi
-        self.width = [width] * len(tiles)
+        self.tiles, self.box_lo, self.box_hi, self.first = tiles, box_lo, box_hi, width
+        self.level = [0] * len(tiles)
         self.growths = 0
-        setup.with_halos(tiles, box_lo, box_hi, range(len(tiles)), self.width)
+        setup.with_halos(tiles, box_lo, box_hi, range(len(tiles)), self.level, width)
 
     def certified(self, summaries, evaluate, rejected=lambda summaries: False):
-        """``summaries`` with every tile's halo certified: tiles that fail grow (1.5 times as wide)
+        """``summaries`` with every tile's halo certified: tiles that fail grow (twice as wide)
         and ``evaluate(tiles)`` again (their summaries; all at once). Unless ``rejected(those
         that hold)``: a trial that the tiles whose cells are certified reject needs no more."""
         while True:
@@ -95,9 +95,9 @@ class _Halos:
             if not failed:
                 return summaries
             for k in failed:
-                self.width[k] *= 1.5
+                self.level[k] += 1
                 self.growths += 1
-            setup.with_halos(self.tiles, self.box_lo, self.box_hi, failed, [self.width[k] for k in failed])
+            setup.with_halos(self.tiles, self.box_lo, self.box_hi, failed, [self.level[k] for k in failed], self.first)
             for k, s in zip(failed, evaluate(failed)):
                 summaries[k] = s
 
@@ -110,17 +110,17 @@ def _totals(summaries):
             all(s["certified"] for s in summaries))
 
 
-def solve(client, positions, density, centre, scale, tol, max_iter, tiles_per_worker=2, halo=16.0,
+def solve(client, positions, density, centre, scale, tol, max_iter, tiles_per_worker=2, halo=8.0,
           aggregate_size=32, options=DEFAULT, log=None):
     """Solve on the workers of ``client``: see :func:`sdot.dask.solve`. Returns a :class:`DaskSolution`."""
     start = time.perf_counter()
     clock = _Clock()
-    tiles, box_lo, box_hi, n_aggregates, sizes = setup.tiles_on_workers(
-        client, positions, density, centre, scale, tiles_per_worker, aggregate_size)
     n = positions.shape[0]
-    side = np.prod(density.hi - density.lo)
+    width = halo * math.sqrt(np.prod(density.hi - density.lo) / n)        # in mean spacings
+    tiles, box_lo, box_hi, n_aggregates, sizes = setup.tiles_on_workers(
+        client, positions, density, centre, scale, tiles_per_worker, aggregate_size, width)
     clock("tiles")
-    halos = _Halos(tiles, box_lo, box_hi, halo * math.sqrt(side / n))
+    halos = _Halos(tiles, box_lo, box_hi, width)
     clock("halos")
     summaries = halos.certified(_evaluated(tiles, range(len(tiles))), lambda ks: _evaluated(tiles, ks))
     err, norm, min_mass, worst, certified = _totals(summaries)

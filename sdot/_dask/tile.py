@@ -2,7 +2,7 @@
 weights and the cells, on one worker.
 
 The tile *owns* the Diracs of its rectangle (:mod:`.tiling`) and holds a *halo*: the Diracs
-of other tiles within ``width`` of the rectangle, with their weights (copies, sent by their
+of other tiles within a width ``w0 2^level`` of the rectangle, with their weights (copies, sent by their
 owners). The power diagram of owned and halo Diracs together (the NumPy core,
 :func:`sdot._core.newton.evaluate`) gives the owned cells; they are the true cells when
 :func:`.tiling.halo_certified` holds, else the client grows the halo. The owned cells give
@@ -54,7 +54,7 @@ class Tile:
         self.factor = None
         self.seconds = {}
         self.exports = {}
-        self.set_halo([], 0.0)
+        self.set_halo([], -1)
 
     # -- the halo -------------------------------------------------------------------
 
@@ -75,24 +75,28 @@ class Tile:
         t = self.targets[self.active]
         return float(np.min(t, initial=np.inf)), float(np.max(t, initial=-np.inf))
 
-    def set_offset(self, offset, box_lo, box_hi):
-        """The first global aggregate id of this tile, and the rectangles of every tile."""
+    def set_offset(self, offset, box_lo, box_hi, first_width):
+        """The first global aggregate id of this tile, and the distance band of each owned
+        Dirac from every tile's rectangle: band 0 within ``first_width``, band ``k`` within
+        ``first_width * 2^k`` (and not ``k - 1``), the last band beyond (:data:`.tiling.BANDS`)."""
         self.aggregates = self.aggregates + offset
         self.first_aggregate = offset
-        self.gaps = np.array([tiling.box_gap(a, b, self.lo, self.hi) for a, b in zip(box_lo, box_hi)])
+        self.edges = first_width * 2.0 ** np.arange(tiling.BANDS)
+        self.bands = np.stack([np.searchsorted(self.edges, tiling.distance_to_box(self.seeds, a, b), side="left")
+                               for a, b in zip(box_lo, box_hi)]).astype(np.int8)
 
-    def halo_for(self, other, lo, hi, width):
-        """The owned Diracs within ``width`` of the rectangle ``[lo, hi]`` of tile ``other``:
-        kept as the rows sent to it, and returned as a piece of its halo (positions, activity,
-        aggregates, weights, Newton direction)."""
-        rows = np.flatnonzero(tiling.distance_to_box(self.seeds, lo, hi) <= width)
+    def halo_for(self, other, level):
+        """The owned Diracs within ``first_width * 2^level`` of the rectangle of tile ``other``
+        (its bands up to ``level``): kept as the rows sent to it, and returned as a piece of its
+        halo (positions, activity, aggregates, weights, Newton direction)."""
+        rows = np.flatnonzero(self.bands[other] <= level)
         self.exports[other] = rows
         return (self.seeds[rows], self.active[rows], self.aggregates[rows], self.psi[rows], self.d[rows])
 
-    def set_halo(self, pieces, width):
-        """The halo of ``width``: ``pieces`` a list of ``(tile, piece of halo_for)``. The
-        diagram of the current weights is rebuilt (returns :meth:`evaluate`'s summary)."""
-        self.width = width
+    def set_halo(self, pieces, level):
+        """The halo of bands up to ``level``: ``pieces`` a list of ``(tile, piece of halo_for)``.
+        The diagram is to be rebuilt (:meth:`evaluate`)."""
+        self.level = level
         self.sources = [t for t, _ in pieces]
         self.counts = [p[0].shape[0] for _, p in pieces]
         parts = list(zip(*[p for _, p in pieces])) or [[np.zeros((0, 2))], [np.zeros(0, bool)],
@@ -119,8 +123,8 @@ class Tile:
     def evaluate(self, tops, t=0.0, trial=False):
         """The diagram at weights ``psi + t d`` (owned and halo): its summary
         ``dict(certified, halo_ok, worst, err_max, err_sq, min_mass, distance)``.
-        ``tops``: per tile a bound on its weights at ``t`` outside this tile's halo (the halo
-        test, see :meth:`weights_beyond_halos`); ``trial``: a damping trial, built from the
+        ``tops``: per tile and distance band from this tile's rectangle the largest weight at
+        ``t`` (the halo test, see :meth:`weights_beyond_halos`); ``trial``: a damping trial, built from the
         current diagram and abandoned at an empty cell."""
         if not self.seeds.shape[0]:             # a tile without Diracs: nothing to compute
             self.trial = (t, None) if trial else None
@@ -145,17 +149,16 @@ class Tile:
         return summary
 
     def weights_beyond_halos(self, t, count):
-        """Per tile ``T`` (``count`` of them) the largest weight ``psi + t d`` of the owned active
-        Diracs outside ``T``'s halo (all of them for tiles it sends nothing; ``-inf`` for
-        itself): the bounds of ``T``'s halo test (:func:`.tiling.halo_certified`)."""
-        psi = np.where(self.active, self.psi + t * self.d if t else self.psi, -np.inf)
-        top = float(np.max(psi, initial=-np.inf))
-        out = np.full(count, top)
+        """Per tile ``T`` (``count`` of them) and distance band from its rectangle, the largest
+        weight ``psi + t d`` of the owned active Diracs (``-inf`` where none, and for this tile
+        itself), ``(count, BANDS + 1)``: the bounds of ``T``'s halo test, which reads the
+        bands beyond its halo (:func:`.tiling.halo_certified`)."""
+        out = np.full((count, tiling.BANDS + 1), -np.inf)
+        if self.seeds.shape[0]:
+            psi = np.where(self.active, self.psi + t * self.d if t else self.psi, -np.inf)
+            slots = np.arange(count)[:, None] * (tiling.BANDS + 1) + self.bands
+            np.maximum.at(out.reshape(-1), slots.reshape(-1), np.broadcast_to(psi, slots.shape).reshape(-1))
         out[self.index] = -np.inf
-        for other, rows in self.exports.items():        # a loop over the neighbours
-            beyond = psi.copy()
-            beyond[rows] = -np.inf
-            out[other] = float(np.max(beyond, initial=-np.inf))
         return out
 
     def accept(self):
@@ -172,9 +175,10 @@ class Tile:
         mass = ev.moments[:n, 0]
         halo_ok = True
         if certified and n and not self.everything:
+            beyond = slice(self.level + 1, None)         # the bands beyond the halo, at their least distance
             halo_ok = bool(np.all(tiling.halo_certified(
                 self.seeds, psi[:n], cells.vertices[:n], cells.count[:n], self.active, self.lo, self.hi,
-                self.width, self.gaps, tops)))
+                self.edges[self.level:], np.max(tops, axis=0)[beyond])))
         a = self.active
         err = np.where(a, mass - self.targets, 0.0)
         return dict(certified=certified, halo_ok=halo_ok, err_max=float(np.max(np.abs(err), initial=0.0)),
