@@ -138,6 +138,11 @@ def test_halo_certificate_against_brute_force():
     truly = np.all(power_own <= power_out, axis=1)
     assert np.all(truly[ok])                    # no false certificate
     assert ok.sum() > 0 and (~ok).sum() > 0     # both outcomes occur
+    # the local test by boxes of the outside Diracs (their bounding boxes and largest weights)
+    box_lo, box_hi, top = tiling.box_maxima(seeds[outside], psi[outside], 0.05)
+    by_boxes = tiling.boxes_certified(seeds[own], psi[own], vertices, count, box_lo, box_hi, top, np.arange(own.size))
+    assert np.all(truly[by_boxes])
+    assert by_boxes.sum() > ok.sum()            # sharper than one bound for all outside Diracs
 
 
 def test_errors(client):

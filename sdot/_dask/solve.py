@@ -122,7 +122,7 @@ def solve(client, positions, density, centre, scale, tol, max_iter, tiles_per_wo
     clock("tiles")
     halos = _Halos(tiles, box_lo, box_hi, width)
     clock("halos")
-    summaries = halos.certified(_evaluated(tiles, range(len(tiles))), lambda ks: _evaluated(tiles, ks))
+    summaries = halos.certified(_evaluated(tiles, halos.level, range(len(tiles))), lambda ks: _evaluated(tiles, halos.level, ks))
     err, norm, min_mass, worst, certified = _totals(summaries)
     clock("diagrams")
     if not worst > 0:
@@ -141,8 +141,9 @@ def solve(client, positions, density, centre, scale, tol, max_iter, tiles_per_wo
         count = max(count, 1)
         rtol = max(0.1 * tol / (norm if norm > 0 else 1.0), options.forcing * spread)
         clock("newton matrix")
-        # new block factors every step: kept ones (the core's rent-or-buy) cost more iterations
-        # than they save here (2e5 Diracs in 4 tiles: 13-24 iterations a step instead of 11-18)
+        # new block factors every step: kept ones (the core's rent-or-buy) cost as much in
+        # iterations as they save (2e5 Diracs, 2 workers: 17 iterations a step instead of 14,
+        # factorisations 17 s instead of 22 s, conjugate gradient 13 s instead of 9.5 s)
         cg_iterations.append(cg.solve(tiles, options.regularisation * diag_sum / count, rhs_sum / count, rtol))
         clock("linear solve")
         total, count = (sum(v) for v in zip(*gathered([t.direction_sum() for t in tiles])))
@@ -153,8 +154,8 @@ def solve(client, positions, density, centre, scale, tol, max_iter, tiles_per_wo
         clock("direction")
         ok = False
         while True:
-            trial = halos.certified(_evaluated(tiles, range(len(tiles)), t),
-                                    lambda ks: _evaluated(tiles, ks, t, again=True),
+            trial = halos.certified(_evaluated(tiles, halos.level, range(len(tiles)), t),
+                                    lambda ks: _evaluated(tiles, halos.level, ks, t, again=True),
                                     lambda some: not _accepted(some, floor, t, norm))
             ok = _accepted(trial, floor, t, norm)
             err_t, norm_t = _totals(trial)[:2]
@@ -186,14 +187,19 @@ def _accepted(summaries, floor, t, norm):
     return sound and min_t >= floor and norm_t <= (1.0 - 0.5 * t) * norm
 
 
-def _evaluated(tiles, which, t=0.0, again=False):
+def _evaluated(tiles, levels, which, t=0.0, again=False):
     """The summaries of the diagrams of the tiles ``which`` at ``psi + t d`` (a trial if
     ``t > 0``), each tile's halo test bounded by the largest weights beyond its halo
     (:meth:`.tile.Tile.weights_beyond_halos`). ``again``: tiles whose halo grew, whose
     current diagram is rebuilt first (a trial's update starts from it)."""
     which = list(which)
-    tops = np.array(gathered([tile.weights_beyond_halos(t, len(tiles)) for tile in tiles]))
+
+    def bounds(t):
+        sent = gathered([tile.weights_beyond_halos(t, levels) for tile in tiles])
+        tops = np.array([s[0] for s in sent])
+        return [(tops[:, k], [s[1][k] for s in sent if k in s[1]]) for k in range(len(tiles))]
     if again:
-        now = np.array(gathered([tile.weights_beyond_halos(0.0, len(tiles)) for tile in tiles]))
-        gathered([tiles[k].evaluate(now[:, k]) for k in which])
-    return gathered([tiles[k].evaluate(tops[:, k], t, t > 0) for k in which])
+        now = bounds(0.0)
+        gathered([tiles[k].evaluate(*now[k]) for k in which])
+    at_t = bounds(t)
+    return gathered([tiles[k].evaluate(*at_t[k], t, t > 0) for k in which])

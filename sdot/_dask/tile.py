@@ -25,6 +25,10 @@ from . import tiling
 from .tile_system import TileSystem
 
 
+#: Bands beyond a tile's halo whose Diracs its halo test sees by squares (the others by bands).
+RING = 2
+
+
 class Tile:
     """The actor of tile ``index`` of rectangle ``[lo, hi)`` (normalised coordinates).
 
@@ -120,11 +124,12 @@ class Tile:
 
     # -- cells and masses -------------------------------------------------------------
 
-    def evaluate(self, tops, t=0.0, trial=False):
+    def evaluate(self, tops, boxes, t=0.0, trial=False):
         """The diagram at weights ``psi + t d`` (owned and halo): its summary
         ``dict(certified, halo_ok, worst, err_max, err_sq, min_mass, distance)``.
         ``tops``: per tile and distance band from this tile's rectangle the largest weight at
-        ``t`` (the halo test, see :meth:`weights_beyond_halos`); ``trial``: a damping trial, built from the
+        ``t``, ``boxes``: the squares just beyond the halo and their largest weights (the halo
+        test, see :meth:`weights_beyond_halos`); ``trial``: a damping trial, built from the
         current diagram and abandoned at an empty cell."""
         if not self.seeds.shape[0]:             # a tile without Diracs: nothing to compute
             self.trial = (t, None) if trial else None
@@ -141,25 +146,33 @@ class Tile:
             ev = newton.evaluate(np, prob, psi, self.local_active, capacity=capacity, previous=previous,
                                  trial=np.asarray(True) if trial else None, diagram=DEFAULT.diagram)
         self._spent("trial" if trial else "diagram", start)
-        summary = self._summary(ev, psi, tops)
+        summary = self._summary(ev, psi, tops, boxes)
         if trial:
             self.trial = (t, ev)
         else:
             self.ev = ev
         return summary
 
-    def weights_beyond_halos(self, t, count):
-        """Per tile ``T`` (``count`` of them) and distance band from its rectangle, the largest
-        weight ``psi + t d`` of the owned active Diracs (``-inf`` where none, and for this tile
-        itself), ``(count, BANDS + 1)``: the bounds of ``T``'s halo test, which reads the
-        bands beyond its halo (:func:`.tiling.halo_certified`)."""
+    def weights_beyond_halos(self, t, levels):
+        """The bounds of the other tiles' halo tests (:func:`.tiling.halo_certified` and
+        :func:`.tiling.boxes_certified`) at weights ``psi + t d``, for tiles of halo ``levels``:
+        per tile ``T`` and distance band from its rectangle the largest weight of the owned
+        active Diracs (``-inf`` where none, and for this tile itself), ``(tiles, BANDS + 1)``,
+        and ``{T: (lo, hi, largest weights)}`` of the Diracs of the bands just beyond its halo
+        in each square of half its halo width (:func:`.tiling.box_maxima`)."""
+        count = len(levels)
         out = np.full((count, tiling.BANDS + 1), -np.inf)
+        boxes = {}
         if self.seeds.shape[0]:
             psi = np.where(self.active, self.psi + t * self.d if t else self.psi, -np.inf)
             slots = np.arange(count)[:, None] * (tiling.BANDS + 1) + self.bands
             np.maximum.at(out.reshape(-1), slots.reshape(-1), np.broadcast_to(psi, slots.shape).reshape(-1))
+            for other, level in enumerate(levels):          # a loop over the tiles
+                ring = (self.bands[other] > level) & (self.bands[other] <= level + RING) & self.active
+                if other != self.index and np.any(ring):
+                    boxes[other] = tiling.box_maxima(self.seeds[ring], psi[ring], self.edges[level])
         out[self.index] = -np.inf
-        return out
+        return out, boxes
 
     def accept(self):
         """Take the last trial: the weights move to ``psi + t d``."""
@@ -168,17 +181,29 @@ class Tile:
         self.halo_psi = self.halo_psi + t * self.halo_d
         self.trial = None
 
-    def _summary(self, ev, psi, tops):
+    def _summary(self, ev, psi, tops, boxes):
         n = self.seeds.shape[0]
         cells = ev.cells
         certified = bool(cells.certified) and not bool(np.any(cells.overflow))
         mass = ev.moments[:n, 0]
         halo_ok = True
         if certified and n and not self.everything:
-            beyond = slice(self.level + 1, None)         # the bands beyond the halo, at their least distance
-            halo_ok = bool(np.all(tiling.halo_certified(
-                self.seeds, psi[:n], cells.vertices[:n], cells.count[:n], self.active, self.lo, self.hi,
-                self.edges[self.level:], np.max(tops, axis=0)[beyond])))
+            # every band at its least distance; the cells that fails see the first bands by boxes
+            vertices, count = cells.vertices[:n], cells.count[:n]
+            bands = np.max(tops, axis=0)
+            ok = tiling.halo_certified(self.seeds, psi[:n], vertices, count, self.active, self.lo, self.hi,
+                                       self.edges[self.level:], bands[self.level + 1:])
+            rows = np.flatnonzero(~ok)
+            if rows.size:
+                boxes = list(boxes) + [(np.zeros((0, 2)), np.zeros((0, 2)), np.zeros(0))]
+                box_lo, box_hi, top = (np.concatenate([b[i] for b in boxes]) for i in range(3))
+                far = slice(self.level + RING + 1, None)
+                ok[rows] = (tiling.halo_certified(self.seeds[rows], psi[rows], vertices[rows], count[rows],
+                                                  self.active[rows], self.lo, self.hi, self.edges[self.level + RING:],
+                                                  bands[far])
+                            & tiling.boxes_certified(self.seeds[rows], psi[rows], vertices[rows], count[rows],
+                                                     box_lo, box_hi, top, self.aggregates[rows]))
+            halo_ok = bool(np.all(ok))
         a = self.active
         err = np.where(a, mass - self.targets, 0.0)
         return dict(certified=certified, halo_ok=halo_ok, err_max=float(np.max(np.abs(err), initial=0.0)),

@@ -49,6 +49,62 @@ def kd_tiles(points, levels: int):
     return lo, hi, owner
 
 
+def boxes_certified(seeds, psi, vertices, count, box_lo, box_hi, box_tops, locality=None):
+    """Whether each of the cells ``(vertices, count)`` of ``seeds`` (m, 2) at weights ``psi`` is
+    cut by no Dirac of the boxes ``[box_lo, box_hi]`` (k, 2) whose weights are at most
+    ``box_tops`` (k,).
+
+    The local form of :func:`halo_certified` for the Diracs just beyond the halo: at a vertex
+    of the cell's bounding box ``C`` a Dirac ``j`` of box ``B`` has power at least
+    ``dist(C, B)^2 - top_B``; the cell holds if its largest own power ``|v - y_i|^2 - psi_i``
+    is below the least such bound. Returns a boolean per cell. ``locality``: a key that
+    orders the cells by place (e.g. their aggregates): blocks of nearby cells test only the
+    boxes that may cut one of them (by the block's bounding box).
+    """
+    if not box_lo.shape[0] or not seeds.shape[0]:
+        return np.ones(seeds.shape[0], bool)
+    cap = vertices.shape[1]
+    used = np.arange(cap)[None, :] < count[:, None]
+    points = seeds[:, None, :] + vertices
+    low = np.min(np.where(used[:, :, None], points, np.inf), axis=1)
+    high = np.max(np.where(used[:, :, None], points, -np.inf), axis=1)
+    own = np.max(np.where(used, np.sum(vertices * vertices, axis=2) - psi[:, None], -np.inf), axis=1)
+    ok = np.ones(seeds.shape[0], bool)
+    order = np.argsort(locality, kind="stable") if locality is not None else np.arange(seeds.shape[0])
+    scale = np.max(np.abs(box_tops))
+    for start in range(0, order.size, 256):               # blocks of nearby cells
+        block = order[start:start + 256]
+        block = block[own[block] > -np.inf]
+        if not block.size:
+            continue
+        # the boxes that may cut a cell of the block: within reach of its bounding box
+        gap = np.maximum(np.maximum(box_lo - np.max(high[block], axis=0), np.min(low[block], axis=0) - box_hi), 0.0)
+        near = np.sum(gap * gap, axis=1) - box_tops <= np.max(own[block]) + 1e-9 * (scale + 1.0)
+        if not np.any(near):
+            continue
+        gap = np.maximum(np.maximum(box_lo[near][None] - high[block, None], low[block, None] - box_hi[near][None]), 0.0)
+        reach = np.sum(gap * gap, axis=2)
+        bound = np.min(reach - box_tops[near][None, :], axis=1)
+        margin = 64.0 * np.finfo(seeds.dtype).eps * (np.max(reach, axis=1) + scale + np.abs(own[block]) + 1.0)
+        ok[block] = ~(own[block] > bound - margin)
+    return ok
+
+
+def box_maxima(points, values, side):
+    """``(lo, hi, top)``: per square of ``side`` that holds some of ``points``, the bounding
+    box of those points and the largest of their ``values``."""
+    keys = np.floor(points / side).astype(np.int64)
+    keys, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    lo = np.full((keys.shape[0], 2), np.inf)
+    hi = np.full((keys.shape[0], 2), -np.inf)
+    top = np.full(keys.shape[0], -np.inf)
+    np.minimum.at(lo, inverse, points)
+    np.maximum.at(hi, inverse, points)
+    np.maximum.at(top, inverse, values)
+    return lo, hi, top
+
+
 #: Distance bands of the halo test: a halo's width doubles from band to band (the last band
 #: holds every farther Dirac).
 BANDS = 12
