@@ -1,4 +1,4 @@
-"""The distributed solve against the single process: ``python -m bench.dask [--n 200000] [--targets box gauss] [--workers 2]``.
+"""The distributed solve against the single process: ``python -m bench.dask [--n 200000] [--workers 2]``.
 
 Each row runs in a fresh process: the single-process NumPy solve (``sdot.optimal_transport_plan``)
 or ``sdot.dask.solve`` on a ``LocalCluster(n_workers=W, threads_per_worker=1, memory_limit=6 GiB)``
@@ -96,7 +96,8 @@ def main(argv=None):
                 cg = f"{np.mean(row['cg']):8.1f}" if "cg" in row else " " * 8
                 grow = f"{row['growths']:>4}" if "growths" in row else " " * 4
                 print(f"{target:6} {n:>8} {mode:6} {row['steps']:>5} {cg} {grow} {row['time']:8.2f} {row['w2']:22.15e} "
-                      f"{diff} {row['residual']:9.2e} {row['rss']:8.0f}  {row.get('phases', '')} {row.get('tiles', '')}",
+                      f"{diff} {row['residual']:9.2e} {row['rss']:8.0f}  {row.get('phases', '')} "
+                      f"{row.get('tiles', '')}",
                       flush=True)
 
 

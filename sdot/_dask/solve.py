@@ -122,7 +122,8 @@ def solve(client, positions, density, centre, scale, tol, max_iter, tiles_per_wo
     clock("tiles")
     halos = _Halos(tiles, box_lo, box_hi, width)
     clock("halos")
-    summaries = halos.certified(_evaluated(tiles, halos.level, range(len(tiles))), lambda ks: _evaluated(tiles, halos.level, ks))
+    summaries = halos.certified(_evaluated(tiles, halos.level, range(len(tiles))),
+                                lambda ks: _evaluated(tiles, halos.level, ks))
     err, norm, min_mass, worst, certified = _totals(summaries)
     clock("diagrams")
     if not worst > 0:

@@ -159,7 +159,7 @@ class Tile:
         per tile ``T`` and distance band from its rectangle the largest weight of the owned
         active Diracs (``-inf`` where none, and for this tile itself), ``(tiles, BANDS + 1)``,
         and ``{T: (lo, hi, largest weights)}`` of the Diracs of the bands just beyond its halo
-        in each square of half its halo width (:func:`.tiling.box_maxima`)."""
+        in each square of its halo width (:func:`.tiling.box_maxima`)."""
         count = len(levels)
         out = np.full((count, tiling.BANDS + 1), -np.inf)
         boxes = {}
@@ -188,7 +188,7 @@ class Tile:
         mass = ev.moments[:n, 0]
         halo_ok = True
         if certified and n and not self.everything:
-            # every band at its least distance; the cells that fails see the first bands by boxes
+            # every band at its least distance; the cells that fail see the first bands by boxes
             vertices, count = cells.vertices[:n], cells.count[:n]
             bands = np.max(tops, axis=0)
             ok = tiling.halo_certified(self.seeds, psi[:n], vertices, count, self.active, self.lo, self.hi,
