@@ -382,6 +382,10 @@ def _plan(name, keep, source, target, orders=1, **options):
                                                 zip(_OPTIONS, (None, 300, False, True)))
     tol, max_iter = _check_options(tol, max_iter)
     _check_kinds(name, source, target)
+    if aac.is_dask_array(source.positions):          # rule 1 for dask arrays: the distributed solve
+        from . import dask as _dask
+
+        return _dask.public_plan(name, source, target, tol, max_iter, verbose, raise_on_failure)
     if not (_batched.is_batch(source) or _batched.is_batch(target)):
         return _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orders)
     b = _batched.batch_size(name, source, target)

@@ -1,0 +1,105 @@
+"""The distributed solve against the single process: ``python -m bench.dask [--n 200000] [--workers 2]``.
+
+Each row runs in a fresh process: the single-process NumPy solve (``sdot.optimal_transport_plan``)
+or ``sdot.dask.solve`` on a ``LocalCluster(n_workers=W, threads_per_worker=1, memory_limit=6 GiB)``
+started in that process (its start-up not timed), on the points and targets of
+``python -m bench`` (uniform points of :func:`bench.solve.points`; "box" the uniform density,
+"gauss" the 64x64 reference image). Columns: Newton steps, conjugate-gradient iterations per
+step (dask), halo growths, wall time, W2^2 and its relative difference to the single-process
+row, residual, peak resident memory (the client's, or the largest worker's), and the dask
+solve's wall time by phase and the tiles' summed busy time by kind (seconds).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from .solve import points, target_values
+
+
+def _child(args):
+    import sdot
+
+    sdot.driver.framework = "numpy"
+    X = points(args.n)
+    grid = sdot.Grid(target_values(args.target))
+    if args.mode == "single":
+        sdot.distance(sdot.SumOfDiracs(points(100, shift=1)), grid)         # imports, first-use costs
+        start = time.perf_counter()
+        plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(X), grid, tol=args.tol)
+        row = dict(time=time.perf_counter() - start, steps=int(plan.iterations), w2=float(plan.distance),
+                   residual=float(plan.residual), rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    else:
+        import dask
+        import dask.array as da
+        import distributed
+
+        import sdot.dask
+
+        # the workers' statistical profiler samples every thread's stack each 10 ms: 25% of a
+        # solve's time at 2e4 (docs/dask.md)
+        dask.config.set({"distributed.worker.profile.enabled": False})
+
+        with distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1, memory_limit="6GiB",
+                                      dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
+            Xd = da.from_array(X, chunks=(-(-args.n // (4 * args.workers)), 2)).persist()
+            distributed.wait(Xd)
+            start = time.perf_counter()
+            sol = sdot.dask.solve(Xd, grid, client=client, tol=args.tol, tiles_per_worker=args.tiles_per_worker)
+            seconds = time.perf_counter() - start
+            rss = max(client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024).values())
+            tiles = [t.timings().result() for t in sol.tiles]
+        row = dict(time=seconds, steps=sol.iterations, cg=sol.cg_iterations, growths=sol.halo_growths,
+                   w2=sol.distance, residual=sol.residual, rss=rss,
+                   phases={k: round(v, 2) for k, v in sol.timings.items()},
+                   tiles={k: round(sum(t.get(k, 0.0) for t in tiles), 2) for k in tiles[0]})
+    print(json.dumps(row))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m bench.dask", description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[200_000])
+    parser.add_argument("--targets", nargs="+", default=["box", "gauss"], choices=["box", "gauss"])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--tol", type=float, default=1e-10)
+    parser.add_argument("--tiles-per-worker", type=int, default=2)
+    parser.add_argument("--modes", nargs="+", default=["single", "dask"], choices=["single", "dask"])
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", help=argparse.SUPPRESS)
+    parser.add_argument("--target", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        args.n = args.n[0]
+        return _child(args)
+    print(f"{'target':6} {'N':>8} {'mode':6} {'steps':>5} {'CG/step':>8} {'grow':>4} {'time (s)':>8} "
+          f"{'W2^2':>22} {'rel diff':>8} {'residual':>9} {'RSS (MB)':>8}  phases")
+    for target in args.targets:
+        for n in args.n:
+            reference = None
+            for mode in args.modes:
+                out = subprocess.run([sys.executable, "-m", "bench.dask", "--child", "--mode", mode, "--target", target,
+                                      "--n", str(n), "--workers", str(args.workers), "--tol", str(args.tol),
+                                      "--tiles-per-worker", str(args.tiles_per_worker)],
+                                     capture_output=True, text=True)
+                if out.returncode:
+                    print(f"{target:6} {n:>8} {mode:6} failed: {out.stderr.strip().splitlines()[-1]}", flush=True)
+                    continue
+                row = json.loads(out.stdout.strip().splitlines()[-1])
+                reference = row["w2"] if mode == "single" else reference
+                diff = f"{abs(row['w2'] - reference) / reference:8.1e}" if reference and mode != "single" else " " * 8
+                cg = f"{np.mean(row['cg']):8.1f}" if "cg" in row else " " * 8
+                grow = f"{row['growths']:>4}" if "growths" in row else " " * 4
+                print(f"{target:6} {n:>8} {mode:6} {row['steps']:>5} {cg} {grow} {row['time']:8.2f} {row['w2']:22.15e} "
+                      f"{diff} {row['residual']:9.2e} {row['rss']:8.0f}  {row.get('phases', '')} "
+                      f"{row.get('tiles', '')}",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""Semi-discrete transport distributed over a dask.distributed cluster (2D, first version).
+
+``sdot.distance(sdot.SumOfDiracs(X), grid)`` with ``X`` a ``dask.array`` ``(n, 2)`` (or
+``sdot.dask.solve(X, grid)``, which reports more) solves the problem on the workers of the
+current ``distributed`` client: the plane is cut into tiles of equal Dirac counts, each a dask actor
+holding its Diracs, a halo of neighbours, their weights and cells; the client drives the
+damped Newton method and a conjugate gradient with scalars and halo rows only. See
+docs/dask.md.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._core.density import grid_density
+from ._grids import PolynomialGrid
+from ._core.options import DEFAULT
+from ._dask import setup
+from ._dask.solve import DaskSolution, solve as _solve
+
+__all__ = ["distance", "solve", "DaskSolution"]
+
+#: The public functions that take dask arrays (``sdot.distance(sdot.SumOfDiracs(X), grid)``...).
+_PUBLIC = ("distance", "barycenters")
+
+
+def _client(client):
+    """``client``, else the current ``distributed`` client, else a new ``LocalCluster``'s."""
+    if client is not None:
+        return client
+    from distributed import Client, LocalCluster, get_client
+
+    try:
+        return get_client()
+    except ValueError:
+        cluster = LocalCluster()
+        print(f"sdot.dask: no dask.distributed client; started {cluster!r} (dashboard {cluster.dashboard_link})")
+        return Client(cluster)
+
+
+def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker=2, halo=8.0,
+          aggregate_size=32, verbose=False, raise_on_failure=True):
+    """Solve the transport from equal Diracs at ``positions`` to ``grid`` on a dask cluster.
+
+    Parameters
+    ----------
+    positions : dask.array.Array, shape (n, 2)
+        Chunk sizes must be known; chunks stay on the workers.
+    grid : sdot.Grid or sdot.PolynomialGrid
+        A 2D grid of NumPy values (degree 0: one value per cell), normalised to mass 1.
+    client : distributed.Client, optional
+        Default: the current client (``distributed.get_client()``), else a new
+        ``LocalCluster`` (reported on stdout).
+    tol : float, optional
+        Max absolute cell-mass error (masses sum to 1); default ``sdot.default_tolerance("FP64")``.
+    max_iter : int
+        Newton steps.
+    tiles_per_worker : int
+        Tiles per worker (rounded up to a power of two in all).
+    halo : float
+        First halo width, in mean Dirac spacings (tiles whose cells it does not certify
+        get a halo twice as wide, as often as needed).
+    aggregate_size : int
+        Diracs per aggregate of the coarse level of the preconditioner.
+    verbose : bool
+        Print one line per Newton step.
+    raise_on_failure : bool
+        Raise ``RuntimeError`` if the solve does not reach ``tol``.
+
+    Returns
+    -------
+    DaskSolution
+        ``distance`` (W2^2, a float), ``residual``, ``converged``, ``iterations``,
+        ``cg_iterations`` (per Newton step), ``halo_growths``; ``gather()`` brings the cell
+        masses, the potential and the barycentres to the client.
+    """
+    from ._api import default_tolerance
+
+    positions = setup.checked(positions)
+    grid = grid.with_dim(2)
+    if grid.degree != 0:
+        raise NotImplementedError("the dask solve takes grids of one value per cell (degree 0) for now")
+    values = np.asarray(grid.density, dtype=np.float64)
+    lo, hi = (np.asarray(a, dtype=np.float64) for a in grid.domain)
+    density = grid_density(values, lo, hi)
+    centre, scale = 0.5 * (lo + hi), np.max(hi - lo)        # the core's normalisation (plan.normalised)
+    log = (lambda it, err, t: print(f"sdot.dask newton step {it:3d}  residual {err:.3e}  damping {t:.4g}")) \
+        if verbose else None
+    tol = default_tolerance("FP64") if tol is None else tol
+    out = _solve(_client(client), positions, density.normalised(centre, scale), centre, scale, tol, max_iter,
+                 tiles_per_worker, halo, aggregate_size, DEFAULT, log)
+    if raise_on_failure and not out.converged:
+        raise RuntimeError(f"sdot.dask: no convergence: residual {out.residual:.3e} > tol {tol:.1e} after "
+                           f"{out.iterations} Newton steps")
+    return out
+
+
+def distance(positions, grid, client=None, **options):
+    """W2^2 between equal Diracs at ``positions`` (a dask array ``(n, 2)``) and ``grid``,
+    solved on the dask cluster (see :func:`solve` for ``client`` and ``options``): a float."""
+    return solve(positions, grid, client, **options).distance
+
+
+class _DaskPlan:
+    """What :func:`sdot.distance` and :func:`sdot.barycenters` read of a distributed solve:
+    ``distance`` a 0-d dask array, ``barycenters`` a dask array chunked like the positions."""
+
+    def __init__(self, solution, chunks, name):
+        import dask.array as da
+
+        self.distance = da.from_array(np.asarray(solution.distance), chunks=())
+        self.barycenters = None
+        if name == "barycenters":       # through the client for now (see docs/dask.md)
+            self.barycenters = da.from_array(solution.gather()[2], chunks=chunks)
+
+
+def public_plan(name, source, target, tol, max_iter, verbose, raise_on_failure):
+    """``sdot.<name>(source, target)`` with the positions of ``source`` a dask array: solved on
+    the current dask.distributed client (see :func:`solve`)."""
+    from ._measures import SumOfDiracs
+
+    if name not in _PUBLIC:
+        raise NotImplementedError(f"sdot.{name} with dask arrays is not distributed yet; "
+                                  f"sdot.distance and sdot.barycenters are")
+    if type(source) is not SumOfDiracs or source.batched or source._mass != 1.0:
+        raise NotImplementedError("the dask solve takes SumOfDiracs(X) of mass 1 (equal masses) for now")
+    if not isinstance(target, PolynomialGrid):
+        raise NotImplementedError("the dask solve takes one grid, not a batch")
+    positions = setup.checked(source.positions)
+    sol = solve(positions, target, tol=tol, max_iter=max_iter, verbose=verbose, raise_on_failure=raise_on_failure)
+    return _DaskPlan(sol, positions.chunks, name)
