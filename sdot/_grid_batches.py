@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import operator
 
 import numpy as np
 
@@ -151,9 +150,7 @@ class _BatchOfGrids(_Measure):
 
     def __getitem__(self, i):
         """Item ``i``, an object of the item class (no re-validation)."""
-        b, i = len(self), operator.index(i)
-        if not -b <= i < b:
-            raise IndexError(f"index {i} is out of range for a batch of {b} items")
+        i = _measures._item_index(len(self), i)
         item = copy.copy(self._stacked)
         for f in self._batch_fields:
             setattr(item, f, getattr(self._stacked, f)[i, ...])

@@ -266,7 +266,10 @@ class CallbackRule:
     def __init__(self, outputs, spec):
         self.outputs, self.spec = tuple(outputs), spec
 
-    def __eq__(self, other):                # equal rules share JAX's compiled tangent maps
+    #: Equal rules share JAX's compiled tangent maps (:mod:`._autodiff._jax`).
+    shared_by_value = True
+
+    def __eq__(self, other):
         return type(other) is type(self) and (self.outputs, self.spec) == (other.outputs, other.spec)
 
     def __hash__(self):

@@ -251,9 +251,7 @@ class _Diracs(_Measure):
 
     def __getitem__(self, i):
         """Item ``i`` of a batch, as an unbatched measure (no re-validation)."""
-        b, i = len(self), operator.index(i)
-        if not -b <= i < b:
-            raise IndexError(f"index {i} is out of range for a batch of {b} items")
+        i = _item_index(len(self), i)
         item = object.__new__(_UNBATCHED[type(self)])
         item._positions = self._positions[i, ...]
         item._weights = None if self._weights is None else self._weights[i, ...]
@@ -342,3 +340,11 @@ _CLASSES = [SumOfDiracs, SumOfWeightedDiracs, BatchOfSumOfDiracs, BatchOfSumOfWe
 _driver._jax_hooks.append(_register_pytrees)
 if "jax" in sys.modules:
     _register_pytrees()
+
+
+def _item_index(b, i):
+    """``i`` as an index into a batch of ``b`` items (negative from the end), or IndexError."""
+    i = operator.index(i)
+    if not -b <= i < b:
+        raise IndexError(f"index {i} is out of range for a batch of {b} items")
+    return i

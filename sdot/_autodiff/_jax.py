@@ -52,22 +52,24 @@ def _linear_jvp(rule, primals, tangents):
     live = [d for d, need in zip(d_inputs, needs) if need]
     if not live:
         return values, tuple(jnp.zeros_like(v) for v in values)
-    out = _tangent_map(rule, needs, values, state, live)
+    # a rule equal by value to an earlier one shares its compiled map; another (it may hold
+    # traced state) is traced inline, not kept in a cache
+    tangent_map = _tangent_map if getattr(rule, "shared_by_value", False) else _traced_tangent_map
+    out = tangent_map(rule, needs, values, state, live)
     # the tangent map is the state's, not differentiated: its derivative is NaN, not a silent 0
     # (JAX differentiates every output, used or not: an error would break jax.hessian of W2^2)
     out = out + _nan_if_differentiated(jnp.zeros_like(out), tuple(inputs))
     return values, tuple(_split(out, values))
 
 
-@partial(jax.jit, static_argnums=(0, 1))
-def _tangent_map(rule, needs, values, state, live):
+def _traced_tangent_map(rule, needs, values, state, live):
     """The tangents of ``values``, ``rule.jvp(state, live tangents)``, flattened, as a
     ``custom_linear_solve`` of the identity whose transpose is ``rule.vjp`` (reverse mode).
 
-    A jitted function of static ``rule`` and ``needs``: eagerly (``jax.grad`` outside ``jit``)
-    a rule equal to an earlier one (see :class:`sdot._jax_host.CallbackRule`) reuses its
-    compiled program and its transpose, so a new solve compiles nothing and JAX's caches do
-    not grow."""
+    Jitted (:data:`_tangent_map`, ``rule`` and ``needs`` static) for the rules that compare by
+    value (``rule.shared_by_value``, :class:`sdot._jax_host.CallbackRule`): eagerly a rule equal
+    to an earlier one reuses its compiled program and its transpose, so a new solve compiles
+    nothing and JAX's caches do not grow."""
     length = max(sum(d.size for d in live), sum(v.size for v in values))
     dtype = values[0].dtype
 
@@ -87,6 +89,9 @@ def _tangent_map(rule, needs, values, state, live):
         return flat([g for g, need in zip(grads, needs) if need])
 
     return jax.lax.custom_linear_solve(lambda x: x, flat(live), forward, transpose_solve=transpose)
+
+
+_tangent_map = jax.jit(_traced_tangent_map, static_argnums=(0, 1))
 
 
 def _split(x, like):

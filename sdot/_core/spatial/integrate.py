@@ -42,12 +42,8 @@ def _voxel_rows(xp, seeds, cells, rows, values, lo, hi):
     vertices, corners, adjacent and size; ``seeds`` its seeds), chunk after chunk of
     :data:`CELL_CHUNK` cells: each chunk's boundary triangles (``3 V`` slots per cell, 1.5 GB
     for all cells at once at 1e5 seeds) made and integrated in turn."""
-    m, f_cap = rows[0].shape[0], cells.labels.shape[1]
-    parts = []
-    for start in range(0, max(m, 1), CELL_CHUNK):
-        stop = min(start + CELL_CHUNK, m)
-        chunk = cells._replace(**{f: r[start:stop, ...] for f, r in
-                                  zip(("vertices", "corners", "adjacent", "size"), rows)})
+    f_cap, parts = cells.labels.shape[1], []
+    for start, stop, chunk in _chunks(cells, rows):
         tri, slot, valid = facet_triangles(xp, chunk)
         parts.append(faces.cell_integrals_of_triangles(xp, seeds[start:stop, ...], tri, slot, valid, f_cap, values,
                                                        lo, hi))
@@ -149,6 +145,16 @@ def volumes(xp, cells):
 CELL_CHUNK = 1024
 
 
+def _chunks(cells, rows):
+    """``(start, stop, chunk)`` over the block ``rows`` (vertices, corners, adjacent, size) of
+    ``cells``, :data:`CELL_CHUNK` cells at a time (one empty chunk for an empty block)."""
+    m = rows[0].shape[0]
+    for start in range(0, max(m, 1), CELL_CHUNK):
+        stop = min(start + CELL_CHUNK, m)
+        yield start, stop, cells._replace(**{f: r[start:stop, ...] for f, r in
+                                             zip(("vertices", "corners", "adjacent", "size"), rows)})
+
+
 def _rowwise(cells):
     return cells.vertices, cells.corners, cells.adjacent, cells.size
 
@@ -157,12 +163,8 @@ def _uniform_rows(xp, cells, rows, volume_only):
     """The unit density over a block of ``cells`` (``rows``: its vertices, corners, adjacent
     and size), chunk after chunk of :data:`CELL_CHUNK` cells: ``(moments (m, 5), facet (m, F))``
     of :func:`_uniform_listed`, or the volumes ``(m,)`` alone if ``volume_only``."""
-    m, f_cap = rows[0].shape[0], cells.labels.shape[1]
-    parts = []
-    for start in range(0, max(m, 1), CELL_CHUNK):
-        stop = min(start + CELL_CHUNK, m)
-        chunk = cells._replace(**{f: r[start:stop, ...] for f, r in
-                                  zip(("vertices", "corners", "adjacent", "size"), rows)})
+    f_cap, parts = cells.labels.shape[1], []
+    for _, _, chunk in _chunks(cells, rows):
         parts.append(_uniform_listed(xp, listed_triangles(xp, chunk), chunk.size.shape[0], f_cap, volume_only))
     if volume_only:
         return xp.concat(parts, axis=0)
