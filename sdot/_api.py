@@ -4,7 +4,6 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ from ._grid_batches import _BatchOfGrids
 from ._grids import PolynomialGrid
 from ._measures import _Diracs, align
 from ._diagram import PowerDiagram
+from ._pytrees import JaxPytree
 
 __all__ = ["distance", "distances", "barycenters", "optimal_transport_plan", "OtPlan",
            "OtNotConverged", "default_tolerance"]
@@ -45,7 +45,7 @@ class OtNotConverged(RuntimeError):
 
 
 @dataclass
-class OtPlan:
+class OtPlan(JaxPytree):
     """The solution of a semi-discrete transport problem.
 
     Attributes are arrays of the framework of the inputs (rule 1) or of the
@@ -149,23 +149,6 @@ class OtPlan:
 #: The public fields of :class:`OtPlan`, in order: the children of its pytree.
 _PLAN_FIELDS = ("distance", "barycenters", "cell_masses", "brenier_potential", "power_diagram", "converged",
                 "iterations", "residual", "status")
-
-
-def _register_pytrees():
-    """Register :class:`OtPlan` and :class:`PowerDiagram` as JAX pytrees (once; run when sdot
-    first meets JAX, so that importing sdot does not import JAX)."""
-    import jax
-
-    for cls in (OtPlan, PowerDiagram):
-        if cls not in _registered:
-            jax.tree_util.register_pytree_node(cls, cls._tree_flatten, cls._tree_unflatten)
-            _registered.add(cls)
-
-
-_registered = set()
-_driver._jax_hooks.append(_register_pytrees)
-if "jax" in sys.modules:
-    _register_pytrees()
 
 
 def _check_kinds(name, source, target):

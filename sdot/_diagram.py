@@ -10,6 +10,7 @@ import array_api_compat as aac
 from . import _diagram3d, _driver
 from ._core._compat import namespace as namespace_of
 from ._driver import _to_host as _to_numpy
+from ._pytrees import JaxPytree
 from ._core import newton, plan
 from ._core.density import grid_density
 
@@ -70,7 +71,7 @@ class Cell:
         return f"Cell(index={self.index}, measure={float(self.measure):.6g}, vertices={len(self.vertices)})"
 
 
-class PowerDiagram:
+class PowerDiagram(JaxPytree):
     """The Laguerre (power) diagram of seeds ``positions`` with ``weights``.
 
     Cell i is ``{x in domain : |x - y_i|^2 - w_i <= |x - y_j|^2 - w_j for all j}``.

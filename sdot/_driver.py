@@ -16,6 +16,7 @@ import warnings
 import array_api_compat as aac
 import numpy as np
 
+from . import _pytrees
 from ._autodiff import detach
 from ._core._compat import host_view, is_traced, namespace as namespace_of
 
@@ -197,6 +198,7 @@ def _apply_jax_cache():
 
 
 _jax_hooks.append(_apply_jax_cache)
+_jax_hooks.append(_pytrees.register)
 
 
 def _ensure_x64():
@@ -481,49 +483,3 @@ def _to_host(x):
         return np.from_dlpack(x, device="cpu")
     except (TypeError, BufferError, NotImplementedError):
         return np.from_dlpack(x)
-
-
-def _install_jax_import_hook():
-    """Run the JAX hooks right after ``import jax``, wherever it happens."""
-
-    class _Loader:
-        def __init__(self, loader):
-            self._loader = loader
-
-        def __getattr__(self, attr):
-            return getattr(self._loader, attr)
-
-        def create_module(self, spec):
-            return self._loader.create_module(spec)
-
-        def exec_module(self, module):
-            module.__loader__ = module.__spec__.loader = self._loader
-            try:
-                self._loader.exec_module(module)
-            finally:
-                if finder in sys.meta_path:
-                    sys.meta_path.remove(finder)
-            _use_jax()
-
-    class _Finder:
-        busy = False
-
-        def find_spec(self, fullname, path=None, target=None):
-            if fullname != "jax" or self.busy:
-                return None
-            self.busy = True
-            try:
-                spec = importlib.util.find_spec("jax")
-            finally:
-                self.busy = False
-            if spec is None or spec.loader is None:
-                return None
-            spec.loader = _Loader(spec.loader)
-            return spec
-
-    finder = _Finder()
-    sys.meta_path.insert(0, finder)
-
-
-if "jax" not in sys.modules:
-    _install_jax_import_hook()

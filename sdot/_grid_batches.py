@@ -214,8 +214,3 @@ class BatchOfSplineGrid(_BatchOfGrids):
 
     def __init__(self, values, continuity=1, domain=None, mass=1, interpolate=False):
         super().__init__(values, continuity=continuity, domain=domain, mass=mass, interpolate=interpolate)
-
-
-_measures._CLASSES += [BatchOfPolynomialGrid, BatchOfSplineGrid]
-if _measures._registered:            # jax was already in use: register the batch now
-    _measures._register_pytrees()

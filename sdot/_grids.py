@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _driver, _measures
+from . import _driver
 from ._driver import device_of, is_tracer, namespace, to_array
 from ._measures import (_Measure, _check_mass, _check_values, _describe, _is_array, _is_native,
                         _known)
@@ -179,9 +179,3 @@ class Grid(PolynomialGrid):
     """
 
     _one_value_per_cell = True
-
-
-
-_measures._CLASSES += [PolynomialGrid, Grid]
-if _measures._registered:            # jax was already in use: register the grids now
-    _measures._register_pytrees()

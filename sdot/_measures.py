@@ -10,13 +10,13 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-import sys
 
 import array_api_compat as aac
 import numpy as np
 
 from . import _driver
 from ._driver import device_of, is_tracer, namespace, to_array
+from ._pytrees import JaxPytree
 
 __all__ = ["align", "SumOfDiracs", "SumOfWeightedDiracs", "BatchOfSumOfDiracs",
            "BatchOfSumOfWeightedDiracs", "SumOfDiracs1d"]
@@ -97,7 +97,7 @@ def _describe(x):
 
 
 # ------------------------------------------------------------------ pytrees
-class _Measure:
+class _Measure(JaxPytree):
     """Common machinery: pytree flattening, mass setting."""
 
     _fields: tuple = ()
@@ -138,19 +138,6 @@ class _Measure:
     def native(self):
         """True if the inputs came with a framework of their own (rule 1)."""
         return self._native
-
-
-def _register_pytrees():
-    """Register every measure class as a JAX pytree (idempotent, per class)."""
-    import jax
-
-    for cls in _CLASSES:
-        if cls not in _registered:
-            jax.tree_util.register_pytree_node(cls, cls._tree_flatten, cls._tree_unflatten)
-            _registered.add(cls)
-
-
-_registered = set()
 
 
 def align(*measures):
@@ -333,13 +320,6 @@ class SumOfDiracs1d(SumOfDiracs):
 
 
 _UNBATCHED = {BatchOfSumOfDiracs: SumOfDiracs, BatchOfSumOfWeightedDiracs: SumOfWeightedDiracs}
-
-
-_CLASSES = [SumOfDiracs, SumOfWeightedDiracs, BatchOfSumOfDiracs, BatchOfSumOfWeightedDiracs,
-            SumOfDiracs1d]                                  # sdot._grids adds the grids
-_driver._jax_hooks.append(_register_pytrees)
-if "jax" in sys.modules:
-    _register_pytrees()
 
 
 def _item_index(b, i):

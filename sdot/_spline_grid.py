@@ -5,7 +5,7 @@ import numbers
 
 import numpy as np
 
-from . import _driver, _measures, _splines
+from . import _driver, _splines
 from ._driver import is_tracer, namespace
 from ._grids import PolynomialGrid
 from ._measures import _describe, _known
@@ -136,8 +136,3 @@ class SplineGrid(PolynomialGrid):
         return (f"SplineGrid(grid_shape={self.grid_shape}, continuity={self._continuity}, "
                 f"interpolate={self._interpolate}, domain={dom}, {_describe(self._values)}, "
                 f"mass={self._mass!r})")
-
-
-_measures._CLASSES.append(SplineGrid)
-if _measures._registered:            # jax was already in use: register it now
-    _measures._register_pytrees()

@@ -24,8 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ------------------------------------------------ fresh interpreters (rule 4)
 # Each script prints a JSON dict; the four run in parallel, once per session.
 SCRIPTS = {
-    # SDOT_* variables are read; torch/jax stay unimported; a measure built before
-    # `import jax` is a pytree once jax is imported.
+    # SDOT_* variables are read; torch/jax stay unimported; with the NumPy framework, a measure
+    # built once the user has imported jax is a pytree (no import hook, no solve needed).
     "env": ({"SDOT_FRAMEWORK": "numpy", "SDOT_DTYPE": "fp32", "SDOT_DEVICE": "cpu", "SDOT_JIT_ROUTE": "Compiled",
              "SDOT_JAX_CACHE": "0"}, """
         import sys, numpy as np, sdot
@@ -34,6 +34,8 @@ SCRIPTS = {
         m = sdot.SumOfDiracs(np.ones((3, 2)))
         out["dtype"] = str(m.positions.dtype)
         import jax
+        out["meta_path"] = [type(f).__name__ for f in sys.meta_path if "sdot" in type(f).__module__]
+        m = sdot.SumOfDiracs(np.ones((3, 2)))
         out["jit"] = jax.jit(lambda m: m.masses)(m).tolist()
     """),
     # Nothing imported: the first installed of jax, torch; converting to JAX imports it
@@ -96,7 +98,8 @@ def test_env_variables_and_no_framework_import(fresh):
     assert out["driver"] == ("Driver(framework='numpy', dtype='FP32', device='cpu', jit_route='compiled', "
                              "jax_cache=None)")
     assert out["imported"] == [] and out["dtype"] == "float32"
-    assert out["jit"] == pytest.approx([1 / 3] * 3)  # pytree registered when jax is imported later
+    assert out["jit"] == pytest.approx([1 / 3] * 3)  # pytree registered when built with jax imported
+    assert out["meta_path"] == []                      # sdot installs no import hook
 
 
 def test_default_detection_and_jax_x64_policy(fresh):

@@ -78,8 +78,9 @@ def test_importing_sdot_does_not_import_jax():
     import subprocess
     import sys
 
-    code = "import sys, sdot; assert 'jax' not in sys.modules; import jax; from sdot import _api; " \
-           "assert sdot.OtPlan in _api._registered and sdot.PowerDiagram in _api._registered"
+    code = "import sys, numpy as np, sdot; assert 'jax' not in sys.modules; import jax; from sdot import _pytrees; " \
+           "assert not _pytrees._registered; sdot.PowerDiagram(np.zeros((2, 2)) + [[0.2], [0.7]]); " \
+           "assert sdot.OtPlan in _pytrees._registered and sdot.PowerDiagram in _pytrees._registered"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env=dict(__import__("os").environ, SDOT_FRAMEWORK="numpy"))
     assert done.returncode == 0, done.stderr[-2000:]
