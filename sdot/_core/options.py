@@ -28,6 +28,9 @@ class DiagramOptions:
     #: Share of invalid cells above which an eager update rebuilds the cells from the regular
     #: triangulation: at 1e5 seeds a rebuild costs about as much as reclipping 15% of them.
     rebuild_share: float = 0.15
+    #: Share of invalid moved cells in 3D up to which an eager update reclips only them and
+    #: their neighbours, by their neighbours' neighbours (above it, Qhull rebuilds every cell).
+    local_share_3d: float = 0.05
     #: Seeds a cell may gain by edge flips in one update (more are left to the repair).
     flip_width: int = 4
     #: Flip pairs per cell kept under tracing, where shapes are static (more are left to the

@@ -73,6 +73,11 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
         return reclipped()
     if same and _compat.host_any(xp, kept):
         return cells._replace(certified=xp.asarray(True, device=dev))
+    if same and (local := _reclipped_locally(xp, seeds, psi, active, lo, hi, cells, valid, options)) is not None:
+        if stop_if_empty and _compat.host_any(xp, active & (local.count == 0)):
+            return local._replace(certified=xp.asarray(False, device=dev))
+        if _compat.host_any(xp, local.certified):
+            return local
     if same and (repaired := regular_cells(xp, seeds, psi, active, lo, hi, capacity)) is not None:
         if stop_if_empty and _compat.host_any(xp, active & (repaired.count == 0)):
             return repaired._replace(certified=xp.asarray(False, device=dev))
@@ -87,6 +92,46 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
                                          lo, hi, candidates, capacity, previous, stop_if_empty, options)
     cells = first_cells(xp, seeds, psi, active, lo, hi, capacity)
     return _grown_if_overflowing(xp, cells, seeds, psi, active, lo, hi, None, capacity, None, stop_if_empty, options)
+
+
+def _reclipped_locally(xp, seeds, psi, active, lo, hi, moved_cells, valid, options):
+    """Eagerly, the moved cells with the invalid ones and their neighbours clipped again
+    from the box by their neighbours and their neighbours' neighbours (the moved cells'
+    facets), certified by the volume sum; None if too many cells are invalid (over
+    ``options.local_share_3d``), if an active cell was empty (a cell that may reappear has
+    no facet to find its neighbours by) or if a reclipped cell overflows.
+
+    The valid moved cells and the reclipped ones are each cut by a subset of their true
+    constraints, so they contain the true cells: their volumes add up to the box's only if
+    every one is exact. A flip changes the cells around an edge that shrinks to zero (they
+    are invalid) and gives a facet to two of their neighbours, each the other's
+    neighbour's neighbour."""
+    n = seeds.shape[0]
+    bad = active & ~valid
+    n_bad = int(xp.sum(xp.astype(bad, xp.int64)))
+    if n_bad == 0 or n_bad > options.local_share_3d * n or _compat.host_any(xp, active & (moved_cells.count == 0)):
+        return None
+    width = int(xp.max(moved_cells.count))
+    facets = xp.where(moved_cells.labels[:, :width] >= 0, moved_cells.labels[:, :width], -1)
+    bad_rows = xp.nonzero(bad)[0]
+    around = xp.reshape(xp.take(facets, bad_rows, axis=0), (-1,))
+    rows = xp.unique_values(xp.concat([bad_rows, around[around >= 0]]))
+    first = xp.take(facets, rows, axis=0)
+    second = xp.take(facets, xp.reshape(xp.where(first >= 0, first, 0), (-1,)), axis=0)
+    second = xp.reshape(xp.where(xp.reshape(first, (-1, 1)) >= 0, second, -1), (rows.shape[0], -1))
+    candidates = xp.concat([first, second], axis=1)
+    candidates = xp.sort(xp.where(candidates == rows[:, None], -1, candidates), axis=1)
+    repeated = xp.concat([xp.zeros_like(candidates[:, :1], dtype=xp.bool), candidates[:, 1:] == candidates[:, :-1]],
+                         axis=1)
+    candidates = -xp.sort(-xp.where(repeated, -1, candidates), axis=1)          # distinct seeds first, then -1
+    k = int(xp.max(xp.sum(xp.astype(candidates >= 0, xp.int64), axis=1)))
+    capacity = moved_cells.labels.shape[1]
+    again = _clipped_rows(xp, seeds, psi, active, lo, hi, capacity, rows, candidates[:, :max(k, 1)])
+    if _compat.host_any(xp, again.overflow):
+        return None
+    cells = Cells(*(_compat.set_rows(xp, whole, rows, part) for whole, part in zip(moved_cells[:-1], again[:-1])),
+                  moved_cells.certified)
+    return cells._replace(certified=tiles_the_box(xp, cells, lo, hi))
 
 
 def _clipped(xp, seeds, psi, active, lo, hi, capacity, candidates):
