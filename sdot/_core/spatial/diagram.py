@@ -96,8 +96,8 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
 
 def _reclipped_locally(xp, seeds, psi, active, lo, hi, moved_cells, valid, options):
     """Eagerly, the moved cells with the invalid ones and their neighbours clipped again
-    from the box by their neighbours and their neighbours' neighbours (the moved cells'
-    facets), certified by the volume sum; None if too many cells are invalid (over
+    from the box by their neighbours and their invalid neighbours' neighbours (the moved
+    cells' facets), certified by the volume sum; None if too many cells are invalid (over
     ``options.local_share_3d``), if an active cell was empty (a cell that may reappear has
     no facet to find its neighbours by) or if a reclipped cell overflows.
 
@@ -105,7 +105,7 @@ def _reclipped_locally(xp, seeds, psi, active, lo, hi, moved_cells, valid, optio
     constraints, so they contain the true cells: their volumes add up to the box's only if
     every one is exact. A flip changes the cells around an edge that shrinks to zero (they
     are invalid) and gives a facet to two of their neighbours, each the other's
-    neighbour's neighbour."""
+    neighbour's neighbour through an invalid cell."""
     n = seeds.shape[0]
     bad = active & ~valid
     n_bad = int(xp.sum(xp.astype(bad, xp.int64)))
@@ -116,22 +116,36 @@ def _reclipped_locally(xp, seeds, psi, active, lo, hi, moved_cells, valid, optio
     bad_rows = xp.nonzero(bad)[0]
     around = xp.reshape(xp.take(facets, bad_rows, axis=0), (-1,))
     rows = xp.unique_values(xp.concat([bad_rows, around[around >= 0]]))
-    first = xp.take(facets, rows, axis=0)
-    second = xp.take(facets, xp.reshape(xp.where(first >= 0, first, 0), (-1,)), axis=0)
-    second = xp.reshape(xp.where(xp.reshape(first, (-1, 1)) >= 0, second, -1), (rows.shape[0], -1))
-    candidates = xp.concat([first, second], axis=1)
-    candidates = xp.sort(xp.where(candidates == rows[:, None], -1, candidates), axis=1)
-    repeated = xp.concat([xp.zeros_like(candidates[:, :1], dtype=xp.bool), candidates[:, 1:] == candidates[:, :-1]],
-                         axis=1)
-    candidates = -xp.sort(-xp.where(repeated, -1, candidates), axis=1)          # distinct seeds first, then -1
-    k = int(xp.max(xp.sum(xp.astype(candidates >= 0, xp.int64), axis=1)))
+    candidates = _neighbours_and_theirs(xp, facets, rows, bad)
     capacity = moved_cells.labels.shape[1]
-    again = _clipped_rows(xp, seeds, psi, active, lo, hi, capacity, rows, candidates[:, :max(k, 1)])
+    again = _clipped_rows(xp, seeds, psi, active, lo, hi, capacity, rows, candidates)
     if _compat.host_any(xp, again.overflow):
         return None
     cells = Cells(*(_compat.set_rows(xp, whole, rows, part) for whole, part in zip(moved_cells[:-1], again[:-1])),
                   moved_cells.certified)
     return cells._replace(certified=tiles_the_box(xp, cells, lo, hi))
+
+
+def _neighbours_and_theirs(xp, facets, rows, bad):
+    """For each of the seeds ``rows``: its neighbours (``facets`` (n, W), -1 padding) and
+    those of its ``bad`` neighbours, each once, without itself: ``(len(rows), K)``, -1
+    padding (pairs ``row * n + seed`` made unique by a sort)."""
+    n, m = facets.shape[0], rows.shape[0]
+    dev = aac.device(facets)
+    first = xp.take(facets, rows, axis=0)
+    at = xp.broadcast_to(xp.arange(m, dtype=xp.int64, device=dev)[:, None], first.shape)
+    via_bad = (first >= 0) & _compat.flat_take(bad, xp.where(first >= 0, first, 0))
+    second = xp.take(facets, first[via_bad], axis=0)
+    at = xp.concat([xp.reshape(at, (-1,)), xp.reshape(xp.broadcast_to(at[via_bad][:, None], second.shape), (-1,))])
+    seed = xp.concat([xp.reshape(first, (-1,)), xp.reshape(second, (-1,))])
+    keep = (seed >= 0) & (seed != xp.take(rows, at))
+    pairs = xp.unique_values(at[keep] * n + seed[keep])
+    at, seed = pairs // n, pairs % n
+    count = _compat.segment_sum(xp, xp.ones_like(at), at, m)
+    rank = xp.arange(pairs.shape[0], dtype=xp.int64, device=dev) - xp.take(xp.cumulative_sum(count) - count, at)
+    k = max(int(xp.max(count)), 1)
+    flat = _compat.set_rows(xp, xp.full((m * k,), -1, dtype=xp.int64, device=dev), at * k + rank, seed)
+    return xp.reshape(flat, (m, k))
 
 
 def _clipped(xp, seeds, psi, active, lo, hi, capacity, candidates):
