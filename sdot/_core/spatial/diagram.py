@@ -56,7 +56,6 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     same = previous is not None and candidates is None and previous.labels.shape[1] == capacity
     if same:                                    # the previous combinatorics, moved
         cells, valid = moved(xp, seeds, psi, lo, hi, previous)
-        kept = xp.all(valid | ~active) & tiles_the_box(xp, cells, lo, hi)
     if candidates is None and previous is not None:
         candidates = xp.where(previous.labels >= 0, previous.labels, -1)
     if _compat.static_shapes(seeds):
@@ -69,11 +68,13 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
             exact = tiles_the_box(xp, cells, lo, hi)
             return _compat.cond(exact, lambda: cells._replace(certified=exact), fresh)
         if same:
+            kept = xp.all(valid | ~active) & tiles_the_box(xp, cells, lo, hi)
             return _compat.cond(kept, lambda: cells._replace(certified=kept), reclipped)
         return reclipped()
-    if same and _compat.host_any(xp, kept):
-        return cells._replace(certified=xp.asarray(True, device=dev))
-    if same and (local := _reclipped_locally(xp, seeds, psi, active, lo, hi, cells, valid, options)) is not None:
+    if same and not _compat.host_any(xp, active & ~valid):
+        if _compat.host_any(xp, tiles_the_box(xp, cells, lo, hi)):
+            return cells._replace(certified=xp.asarray(True, device=dev))
+    elif same and (local := _reclipped_locally(xp, seeds, psi, active, lo, hi, cells, valid, options)) is not None:
         if stop_if_empty and _compat.host_any(xp, active & (local.count == 0)):
             return local._replace(certified=xp.asarray(False, device=dev))
         if _compat.host_any(xp, local.certified):
@@ -121,9 +122,10 @@ def _reclipped_locally(xp, seeds, psi, active, lo, hi, moved_cells, valid, optio
     again = _clipped_rows(xp, seeds, psi, active, lo, hi, capacity, rows, candidates)
     if _compat.host_any(xp, again.overflow):
         return None
+    volume = _compat.set_rows(xp, integrate.volumes(xp, moved_cells), rows, integrate.volumes(xp, again))
     cells = Cells(*(_compat.set_rows(xp, whole, rows, part) for whole, part in zip(moved_cells[:-1], again[:-1])),
                   moved_cells.certified)
-    return cells._replace(certified=tiles_the_box(xp, cells, lo, hi))
+    return cells._replace(certified=_volumes_tile(xp, volume, lo, hi) & ~xp.any(cells.overflow))
 
 
 def _neighbours_and_theirs(xp, facets, rows, bad):
@@ -267,10 +269,14 @@ def insecure(xp, seeds, psi, active, cells, nearest, complete, rows=None):
 def tiles_the_box(xp, cells, lo, hi):
     """Whether the cells' volumes add up to the box's, up to rounding (see the module
     docstring): then every cell is exact."""
-    vol = integrate.volumes(xp, cells)
+    return _volumes_tile(xp, integrate.volumes(xp, cells), lo, hi) & ~xp.any(cells.overflow)
+
+
+def _volumes_tile(xp, vol, lo, hi):
+    """Whether the cells' volumes ``vol`` add up to the box's, up to rounding."""
     box = xp.prod(hi - lo)
     tol = 64.0 * xp.finfo(vol.dtype).eps * (box + xp.sum(xp.abs(vol))) * max(1.0, float(vol.shape[0]) ** 0.5)
-    return (xp.abs(xp.sum(vol) - box) <= tol) & ~xp.any(cells.overflow)
+    return xp.abs(xp.sum(vol) - box) <= tol
 
 
 def c_transform(xp, seeds, cells, psi):
