@@ -54,6 +54,25 @@ class PixelDensity(NamedTuple):
         :func:`.planar.integrate.potential_integrals`."""
         return geometry.of_seeds(seeds).integrate.potential_integrals(xp, seeds, cells, psi, self.lo, self.hi, tuple(self.values.shape))
 
+    def has_plan_derivatives(self, seeds):
+        """Whether the kernels of the plan's derivatives (:mod:`.sensitivity`) exist: always."""
+        return True
+
+    def facet_moments(self, xp, seeds, cells):
+        """``(f0, f1, f2)``: per facet slot ``int rho (1, u, u u^T)`` along the facet, ``u = x - y_i``:
+        see :func:`.planar.sensitivity.facet_moments`."""
+        return geometry.of_seeds(seeds).integrate.facet_moments(xp, seeds, cells, self.values, self.lo, self.hi)
+
+    def polynomial_integrals(self, xp, seeds, cells, coefficients):
+        """Per pixel ``sum_i int_{L_i & pixel} (a_i + b_i . u + c_i |u|^2)`` for ``coefficients``
+        (n, d + 2): the transpose of the cell moments, see :func:`.planar.sensitivity.polynomial_integrals`."""
+        return geometry.of_seeds(seeds).integrate.polynomial_integrals(xp, seeds, cells, coefficients, self.lo, self.hi,
+                                                                       tuple(self.values.shape))
+
+    def axis_second_moments(self, xp, seeds, cells):
+        """Per cell ``int_{L_i} (x_a - y_ia)^2 rho`` for each axis (n, d)."""
+        return geometry.of_seeds(seeds).integrate.axis_second_moments(xp, seeds, cells, self.values, self.lo, self.hi)
+
     def blurred(self, xp, width):
         """The values blurred to ``width`` (a 0-d array, in the domain's units) on the same grid."""
         return self._replace(values=continuation.blurred(xp, self.values, width, self.lo, self.hi))
@@ -94,12 +113,33 @@ def grid_density(values, lo, hi):
     return BernsteinDensity(values, lo, hi)
 
 
+#: The kernels of the plan's derivatives (:mod:`.sensitivity`) for Bernstein grids, per geometry.
+BERNSTEIN_PLAN_KERNELS = ("bernstein_facet_moments", "bernstein_polynomial_integrals", "bernstein_axis_second_moments")
+
+
 def _bernstein_kernels(seeds):
     """The integrate module of the geometry of ``seeds``, if it integrates Bernstein grids."""
     module = geometry.of_seeds(seeds).integrate
     if not hasattr(module, "bernstein_cell_integrals"):
         raise NotImplementedError(f"PolynomialGrid of degree p > 0 is not supported yet in {seeds.shape[1]}D: "
                                   "use one value per grid cell")
+    return module
+
+
+def plan_derivatives_refused(dim):
+    """The ``NotImplementedError`` of the plan's derivatives for Bernstein grids in ``dim`` D."""
+    return NotImplementedError(
+        "sdot: the derivatives of the transport plan (barycenters, brenier_potential, cell_masses, the second "
+        f"derivatives of the distance, its derivative with respect to the domain) are not supported yet in {dim}D "
+        "for polynomial grids of degree p > 0 (PolynomialGrid with Bernstein coefficients, SplineGrid); the first "
+        "derivatives of the distance with respect to the positions, the masses and the values are")
+
+
+def _bernstein_plan_kernels(seeds):
+    """The integrate module of the geometry of ``seeds``, if it has :data:`BERNSTEIN_PLAN_KERNELS`."""
+    module = _bernstein_kernels(seeds)
+    if not all(hasattr(module, name) for name in BERNSTEIN_PLAN_KERNELS):
+        raise plan_derivatives_refused(seeds.shape[1])
     return module
 
 
@@ -131,6 +171,29 @@ class BernsteinDensity(NamedTuple):
         cell i: see :func:`.planar.bernstein.bernstein_potential_integrals`."""
         return _bernstein_kernels(seeds).bernstein_potential_integrals(
             xp, seeds, cells, psi, self.lo, self.hi, tuple(self.coefficients.shape))
+
+    def has_plan_derivatives(self, seeds):
+        """Whether the geometry of ``seeds`` has the kernels of the plan's derivatives
+        (:data:`BERNSTEIN_PLAN_KERNELS`)."""
+        module = geometry.of_seeds(seeds).integrate
+        return all(hasattr(module, name) for name in BERNSTEIN_PLAN_KERNELS)
+
+    def facet_moments(self, xp, seeds, cells):
+        """``(f0, f1, f2)``: per facet slot ``int rho (1, u, u u^T)`` along the facet: see
+        :func:`.planar.bernstein_facets.bernstein_facet_moments`."""
+        return _bernstein_plan_kernels(seeds).bernstein_facet_moments(xp, seeds, cells, self.coefficients,
+                                                                      self.lo, self.hi)
+
+    def polynomial_integrals(self, xp, seeds, cells, coefficients):
+        """Per grid cell and basis function ``sum_i int_{L_i & cell} B_k (a_i + b_i . u + c_i |u|^2)``:
+        see :func:`.planar.bernstein_transpose.bernstein_polynomial_integrals`."""
+        return _bernstein_plan_kernels(seeds).bernstein_polynomial_integrals(
+            xp, seeds, cells, coefficients, self.lo, self.hi, tuple(self.coefficients.shape))
+
+    def axis_second_moments(self, xp, seeds, cells):
+        """Per cell ``int_{L_i} (x_a - y_ia)^2 rho`` for each axis (n, d)."""
+        return _bernstein_plan_kernels(seeds).bernstein_axis_second_moments(xp, seeds, cells, self.coefficients,
+                                                                            self.lo, self.hi)
 
     def blurred(self, xp, width):
         """The cell means blurred to ``width`` (:func:`.continuation.blurred`), each the constant
