@@ -10,6 +10,10 @@ each taking the array namespace ``xp`` first:
 - ``potential_integrals(xp, seeds, cells, psi)``: ``dQ/d(values)`` for
   ``Q = sum_i int_{L_i} (|x - y_i|^2 - psi_i) rho`` with the cells fixed, the
   gradient of W2^2 with respect to the density's parameters;
+- for the derivatives of the plan (:mod:`.sensitivity`): ``facet_moments(xp, seeds, cells)``
+  (per facet slot ``int rho (1, u, u u^T)``, ``u = x - y_i``), ``polynomial_integrals(xp, seeds,
+  cells, coefficients)`` (the transpose of the cell moments, per parameter of the density) and
+  ``axis_second_moments(xp, seeds, cells)`` (per cell ``int (x_a - y_ia)^2 rho`` by axis);
 - ``blurred(xp, width)``: the density convolved with a kernel of ``width``, positive
   wherever the density has mass within a few widths (the continuation of the solve
   through zero regions, :mod:`.continuation`);
@@ -53,10 +57,6 @@ class PixelDensity(NamedTuple):
         """Per pixel ``int_pixel phi``, ``phi(x) = |x - y_i|^2 - psi_i`` on cell i: see
         :func:`.planar.integrate.potential_integrals`."""
         return geometry.of_seeds(seeds).integrate.potential_integrals(xp, seeds, cells, psi, self.lo, self.hi, tuple(self.values.shape))
-
-    def has_plan_derivatives(self, seeds):
-        """Whether the kernels of the plan's derivatives (:mod:`.sensitivity`) exist: always."""
-        return True
 
     def facet_moments(self, xp, seeds, cells):
         """``(f0, f1, f2)``: per facet slot ``int rho (1, u, u u^T)`` along the facet, ``u = x - y_i``:
@@ -113,33 +113,12 @@ def grid_density(values, lo, hi):
     return BernsteinDensity(values, lo, hi)
 
 
-#: The kernels of the plan's derivatives (:mod:`.sensitivity`) for Bernstein grids, per geometry.
-BERNSTEIN_PLAN_KERNELS = ("bernstein_facet_moments", "bernstein_polynomial_integrals", "bernstein_axis_second_moments")
-
-
 def _bernstein_kernels(seeds):
     """The integrate module of the geometry of ``seeds``, if it integrates Bernstein grids."""
     module = geometry.of_seeds(seeds).integrate
     if not hasattr(module, "bernstein_cell_integrals"):
         raise NotImplementedError(f"PolynomialGrid of degree p > 0 is not supported yet in {seeds.shape[1]}D: "
                                   "use one value per grid cell")
-    return module
-
-
-def plan_derivatives_refused(dim):
-    """The ``NotImplementedError`` of the plan's derivatives for Bernstein grids in ``dim`` D."""
-    return NotImplementedError(
-        "sdot: the derivatives of the transport plan (barycenters, brenier_potential, cell_masses, the second "
-        f"derivatives of the distance, its derivative with respect to the domain) are not supported yet in {dim}D "
-        "for polynomial grids of degree p > 0 (PolynomialGrid with Bernstein coefficients, SplineGrid); the first "
-        "derivatives of the distance with respect to the positions, the masses and the values are")
-
-
-def _bernstein_plan_kernels(seeds):
-    """The integrate module of the geometry of ``seeds``, if it has :data:`BERNSTEIN_PLAN_KERNELS`."""
-    module = _bernstein_kernels(seeds)
-    if not all(hasattr(module, name) for name in BERNSTEIN_PLAN_KERNELS):
-        raise plan_derivatives_refused(seeds.shape[1])
     return module
 
 
@@ -172,28 +151,21 @@ class BernsteinDensity(NamedTuple):
         return _bernstein_kernels(seeds).bernstein_potential_integrals(
             xp, seeds, cells, psi, self.lo, self.hi, tuple(self.coefficients.shape))
 
-    def has_plan_derivatives(self, seeds):
-        """Whether the geometry of ``seeds`` has the kernels of the plan's derivatives
-        (:data:`BERNSTEIN_PLAN_KERNELS`)."""
-        module = geometry.of_seeds(seeds).integrate
-        return all(hasattr(module, name) for name in BERNSTEIN_PLAN_KERNELS)
-
     def facet_moments(self, xp, seeds, cells):
         """``(f0, f1, f2)``: per facet slot ``int rho (1, u, u u^T)`` along the facet: see
         :func:`.planar.bernstein_facets.bernstein_facet_moments`."""
-        return _bernstein_plan_kernels(seeds).bernstein_facet_moments(xp, seeds, cells, self.coefficients,
-                                                                      self.lo, self.hi)
+        return _bernstein_kernels(seeds).bernstein_facet_moments(xp, seeds, cells, self.coefficients, self.lo, self.hi)
 
     def polynomial_integrals(self, xp, seeds, cells, coefficients):
         """Per grid cell and basis function ``sum_i int_{L_i & cell} B_k (a_i + b_i . u + c_i |u|^2)``:
         see :func:`.planar.bernstein_transpose.bernstein_polynomial_integrals`."""
-        return _bernstein_plan_kernels(seeds).bernstein_polynomial_integrals(
+        return _bernstein_kernels(seeds).bernstein_polynomial_integrals(
             xp, seeds, cells, coefficients, self.lo, self.hi, tuple(self.coefficients.shape))
 
     def axis_second_moments(self, xp, seeds, cells):
         """Per cell ``int_{L_i} (x_a - y_ia)^2 rho`` for each axis (n, d)."""
-        return _bernstein_plan_kernels(seeds).bernstein_axis_second_moments(xp, seeds, cells, self.coefficients,
-                                                                            self.lo, self.hi)
+        return _bernstein_kernels(seeds).bernstein_axis_second_moments(xp, seeds, cells, self.coefficients,
+                                                                       self.lo, self.hi)
 
     def blurred(self, xp, width):
         """The cell means blurred to ``width`` (:func:`.continuation.blurred`), each the constant

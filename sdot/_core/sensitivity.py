@@ -30,7 +30,7 @@ from typing import NamedTuple
 import array_api_compat as aac
 
 from . import _compat, newton
-from .density import grid_density, plan_derivatives_refused
+from .density import grid_density
 from .gradients import GradientState, gradients
 
 #: Regulariser of the Newton matrix in the derivative's solve (times its mean diagonal):
@@ -73,23 +73,8 @@ class Facets(NamedTuple):
     f2: object
 
 
-def supported(lin):
-    """Whether the derivatives of the plan of ``lin`` are written: for every grid of constant
-    cells, and for Bernstein grids (degree p > 0) where the geometry has their facet kernels
-    (:meth:`.density.BernsteinDensity.has_plan_derivatives`)."""
-    return _density(lin, lin.values).has_plan_derivatives(lin.seeds)
-
-
-def require_cell_constants(lin):
-    """Raise ``NotImplementedError`` unless the derivatives of the plan of ``lin`` are written
-    (:func:`supported`)."""
-    if not supported(lin):
-        raise plan_derivatives_refused(lin.seeds.shape[1])
-
-
 def facets(xp, lin):
     """The :class:`Facets` of ``lin``'s cells (eagerly the slots with a neighbour only)."""
-    require_cell_constants(lin)
     f0, f1, f2 = _density(lin, lin.values).facet_moments(xp, lin.seeds, lin.cells)
     n, cap = lin.cells.labels.shape
     d = lin.seeds.shape[1]
