@@ -11,6 +11,10 @@ gives (:mod:`.bernstein_columns`: the voxel's coefficients, the base column's pa
 primitive and the whole columns' from prefix tables). The degenerate boundary triangles
 (two per facet of :func:`.polyhedra.facet_triangles`, zero area) are dropped first.
 
+For the plan's derivatives, :func:`bernstein_facet_moments` (``int rho (1, u, u u^T) dS`` per
+facet slot) and :func:`bernstein_axis_second_moments` take the same pieces (the kinds of
+:func:`.bernstein_pieces.piece_moments`).
+
 :func:`bernstein_polynomial_integrals` (and :func:`bernstein_potential_integrals`, the
 gradient of W2^2 with respect to the coefficients) is the transpose of the linear map
 ``coefficients -> moments``, taken term by term: the pieces' voxels directly, the base
