@@ -104,19 +104,13 @@ class OtPlan(JaxPytree):
     def vjp(self, distance=None, barycenters=None, brenier_potential=None, cell_masses=None):
         """NumPy's reverse-mode derivative: the cotangents of the inputs (a dict: ``positions``,
         ``weights``, ``values``, ``domain`` as ``(lo, hi)``) of cotangents of the outputs (None
-        for zero); see :meth:`jvp`. On a polynomial grid of degree p > 0 only ``distance``'s
-        cotangent is supported, and ``domain`` is None (not yet implemented there)."""
+        for zero); see :meth:`jvp`."""
         norm = self._normaliser("vjp")
         lin = norm.lin
         zero = lambda shape: np.zeros(shape, dtype=lin.seeds.dtype)        # noqa: E731
         n, d = lin.seeds.shape
         cts = [np.asarray(c, dtype=lin.seeds.dtype) if c is not None else zero(shape)
                for c, shape in zip((barycenters, brenier_potential, cell_masses, distance), ((n, d), (n,), (n,), ()))]
-        if lin.values.ndim > d and barycenters is None and brenier_potential is None and cell_masses is None:
-            # a polynomial grid: W2^2's first derivatives need no facet moments (its domain's do)
-            grads = _differentiable.first_derivatives(lin, None, (True, True, True, False, False))[:3]
-            positions, weights, values, _, _ = norm.backward(*(g * cts[3] for g in grads), None, None)
-            return dict(positions=positions, weights=weights, values=values, domain=None)
         rule = self._rules()
         grads = rule.vjp(lin, (cts[3],) + tuple(cts[:3]), (True,) * 5)
         positions, weights, values, lo, hi = norm.backward(*grads)

@@ -68,41 +68,16 @@ class PlanRule:
             return self._vjp(lin, cotangents, needs)
 
     def _jvp(self, lin, tangents):
-        if not sensitivity.supported(lin):
-            n, d = lin.seeds.shape
-            shapes = {"barycenters": (n, d), "brenier_potential": (n,), "cell_masses": (n,), "distance": (),
-                      "potential": tuple(lin.values.shape)}
-            return _refused(lin, [shapes[k] for k in self.outputs], [t for t in tangents if t is not None])
         xp, fac, solver, fresh = self._prepared(lin)
         wanted = sensitivity.Tangents(**{k: True for k in self.outputs})
         out = sensitivity.tangents(xp, lin, fac, sensitivity.Inputs(*tangents), solver, wanted, fresh=fresh)
         return tuple(getattr(out, k) for k in self.outputs)
 
     def _vjp(self, lin, cotangents, needs):
-        if not sensitivity.supported(lin):
-            n, d = lin.seeds.shape
-            shapes = [(n, d), (n,), tuple(lin.values.shape), (d,), (d,)]
-            out = iter(_refused(lin, [s for s, need in zip(shapes, needs) if need], list(cotangents)))
-            return tuple(next(out) if need else None for need in needs)
         xp, fac, solver, fresh = self._prepared(lin)
         ct = sensitivity.Tangents(**dict(zip(self.outputs, cotangents)))
         wanted = sensitivity.Inputs(*(True if need else None for need in needs))
         return tuple(sensitivity.cotangents(xp, lin, fac, ct, solver, wanted, fresh=fresh))
-
-
-def _refused(lin, shapes, args):
-    """The products of a plan whose derivatives are not supported (:func:`._core.sensitivity.supported`):
-    eagerly (torch, NumPy) the ``NotImplementedError`` at once; under JAX arrays of ``shapes`` from a
-    host callback that raises it when run (JAX linearizes every output of a solve, used or not: only
-    the products that are computed may fail; the error names the cause)."""
-    if not aac.is_jax_array(lin.seeds):
-        sensitivity.require_cell_constants(lin)
-    import jax
-
-    def refuse(*_):
-        sensitivity.require_cell_constants(lin)
-    result = tuple(jax.ShapeDtypeStruct(s, lin.seeds.dtype) for s in shapes)
-    return jax.pure_callback(refuse, result, *args, vmap_method="sequential")
 
 
 def linearization(cut, res):

@@ -322,39 +322,9 @@ def test_jax_jit_vmap_and_grad(sdot_driver):
     np.testing.assert_allclose(np.asarray(gc), sum(np.asarray(g[1]) for _, g in eager), atol=1e-10)
 
 
-# ------------------------------------------------------------------ what is refused
-def test_plan_derivatives_are_refused_not_zero(sdot_driver):
-    """The plan's derivatives (implicit differentiation) need facet moments of the polynomial
-    density, not written yet: NumPy's ``jvp``, torch's backward of the barycentres and its
-    double backward, ``torch.func.grad`` of the barycentres and JAX's gradient of them raise,
-    naming the polynomial grids; the first derivatives of the distance stay available."""
-    import torch
-
-    jax = pytest.importorskip("jax")
-    x, _, c = gradient_problem()
-    sdot_driver.framework = "numpy"
-    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.PolynomialGrid(c))
-    with pytest.raises(NotImplementedError, match="polynomial grids"):
-        plan.jvp(positions=np.ones_like(x))
-    tx = torch.tensor(x, requires_grad=True)
-    bary = sdot.barycenters(sdot.SumOfDiracs(tx), sdot.PolynomialGrid(torch.tensor(c)))
-    with pytest.raises(NotImplementedError, match="polynomial grids"):
-        bary.sum().backward()
-    d = sdot.distance(sdot.SumOfDiracs(tx), sdot.PolynomialGrid(torch.tensor(c)))
-    (g,) = torch.autograd.grad(d, tx, create_graph=True)
-    with pytest.raises(NotImplementedError, match="polynomial grids"):
-        g.sum().backward()
-    with pytest.raises(NotImplementedError, match="polynomial grids"):
-        torch.func.grad(lambda y: sdot.barycenters(sdot.SumOfDiracs(y), sdot.PolynomialGrid(torch.tensor(c))).sum())(
-            torch.tensor(x))
-    jnp = jax.numpy
-    with pytest.raises(Exception, match="polynomial grids"):
-        jax.grad(lambda y: jnp.sum(sdot.barycenters(sdot.SumOfDiracs(y), sdot.PolynomialGrid(c))))(jnp.asarray(x))
-
-
 def test_input_errors(sdot_driver):
     """Clear errors naming ``values``: a coefficient axis that is not (p+1)^2 long, negative or
-    NaN coefficients; a degree p > 0 grid in 3D is not supported (1D: test_linear_bernstein.py)."""
+    NaN coefficients, a coefficient axis that is no (p+1)^3 in 3D (1D: test_linear_bernstein.py)."""
     sdot_driver.framework = "numpy"
     x = np.random.default_rng(12).random((5, 2))
     with pytest.raises(ValueError, match="values"):
@@ -374,7 +344,7 @@ def test_input_errors(sdot_driver):
 
 def test_numpy_vjp_of_the_distance_wrt_coefficients_matches_finite_differences(sdot_driver):
     """NumPy's ``plan.vjp(distance=1)`` on a degree-2 grid: positions, weights and coefficients
-    against central differences (the plan's other derivatives are refused)."""
+    against central differences (the plan's other derivatives: test_bernstein_plan_derivatives.py)."""
     sdot_driver.framework = "numpy"
     rng = np.random.default_rng(11)
     x, w, c = rng.uniform(0.05, 0.95, (30, 2)), rng.uniform(0.5, 1.5, 30), rng.uniform(0.3, 1.5, (3, 4, 9))
@@ -382,7 +352,6 @@ def test_numpy_vjp_of_the_distance_wrt_coefficients_matches_finite_differences(s
     def plan(x, w, c):
         return sdot.optimal_transport_plan(sdot.SumOfWeightedDiracs(x, w), sdot.PolynomialGrid(c), tol=1e-12)
     got = plan(x, w, c).vjp(distance=1.0)
-    assert got["domain"] is None
     eps = 1e-6
     for name, base in (("positions", x), ("weights", w), ("values", c)):
         direction = rng.standard_normal(base.shape)
@@ -392,5 +361,3 @@ def test_numpy_vjp_of_the_distance_wrt_coefficients_matches_finite_differences(s
         fd = (float(plan(up["positions"], up["weights"], up["values"]).distance)
               - float(plan(down["positions"], down["weights"], down["values"]).distance)) / (2 * eps)
         assert float((got[name] * direction).sum()) == pytest.approx(fd, rel=1e-5, abs=1e-10)
-    with pytest.raises(NotImplementedError):
-        plan(x, w, c).vjp(barycenters=np.ones_like(x))

@@ -232,7 +232,7 @@ def test_integrals_and_their_transpose(backend):
 def test_gradients_match_finite_differences(sdot_driver):
     """d W2^2 / d(positions, masses, coefficients) from torch against central finite differences
     of NumPy solves (a zero coefficient in the density), JAX's gradients under ``jax.jit`` equal to
-    torch's to 1e-12; the plan's derivatives (barycentres) are refused as in 2D."""
+    torch's to 1e-12 (the plan's derivatives: test_bernstein_plan_derivatives.py)."""
     import torch
 
     jax = pytest.importorskip("jax")
@@ -261,6 +261,3 @@ def test_gradients_match_finite_differences(sdot_driver):
         return sdot.distance(sdot.SumOfWeightedDiracs(y[:, None], m), sdot.PolynomialGrid(c))
     for got, want in zip(jax.jit(jax.grad(total, argnums=(0, 1, 2)))(*map(jnp.asarray, (y, m, c))), torch_grads):
         np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=1e-12)
-    bary = sdot.barycenters(sdot.SumOfDiracs1d(torch.tensor(y, requires_grad=True)), sdot.PolynomialGrid(torch.tensor(c)))
-    with pytest.raises(NotImplementedError, match="polynomial grids"):
-        bary.sum().backward()

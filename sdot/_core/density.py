@@ -10,6 +10,10 @@ each taking the array namespace ``xp`` first:
 - ``potential_integrals(xp, seeds, cells, psi)``: ``dQ/d(values)`` for
   ``Q = sum_i int_{L_i} (|x - y_i|^2 - psi_i) rho`` with the cells fixed, the
   gradient of W2^2 with respect to the density's parameters;
+- for the derivatives of the plan (:mod:`.sensitivity`): ``facet_moments(xp, seeds, cells)``
+  (per facet slot ``int rho (1, u, u u^T)``, ``u = x - y_i``), ``polynomial_integrals(xp, seeds,
+  cells, coefficients)`` (the transpose of the cell moments, per parameter of the density) and
+  ``axis_second_moments(xp, seeds, cells)`` (per cell ``int (x_a - y_ia)^2 rho`` by axis);
 - ``blurred(xp, width)``: the density convolved with a kernel of ``width``, positive
   wherever the density has mass within a few widths (the continuation of the solve
   through zero regions, :mod:`.continuation`);
@@ -53,6 +57,21 @@ class PixelDensity(NamedTuple):
         """Per pixel ``int_pixel phi``, ``phi(x) = |x - y_i|^2 - psi_i`` on cell i: see
         :func:`.planar.integrate.potential_integrals`."""
         return geometry.of_seeds(seeds).integrate.potential_integrals(xp, seeds, cells, psi, self.lo, self.hi, tuple(self.values.shape))
+
+    def facet_moments(self, xp, seeds, cells):
+        """``(f0, f1, f2)``: per facet slot ``int rho (1, u, u u^T)`` along the facet, ``u = x - y_i``:
+        see :func:`.planar.sensitivity.facet_moments`."""
+        return geometry.of_seeds(seeds).integrate.facet_moments(xp, seeds, cells, self.values, self.lo, self.hi)
+
+    def polynomial_integrals(self, xp, seeds, cells, coefficients):
+        """Per pixel ``sum_i int_{L_i & pixel} (a_i + b_i . u + c_i |u|^2)`` for ``coefficients``
+        (n, d + 2): the transpose of the cell moments, see :func:`.planar.sensitivity.polynomial_integrals`."""
+        return geometry.of_seeds(seeds).integrate.polynomial_integrals(xp, seeds, cells, coefficients, self.lo, self.hi,
+                                                                       tuple(self.values.shape))
+
+    def axis_second_moments(self, xp, seeds, cells):
+        """Per cell ``int_{L_i} (x_a - y_ia)^2 rho`` for each axis (n, d)."""
+        return geometry.of_seeds(seeds).integrate.axis_second_moments(xp, seeds, cells, self.values, self.lo, self.hi)
 
     def blurred(self, xp, width):
         """The values blurred to ``width`` (a 0-d array, in the domain's units) on the same grid."""
@@ -131,6 +150,22 @@ class BernsteinDensity(NamedTuple):
         cell i: see :func:`.planar.bernstein.bernstein_potential_integrals`."""
         return _bernstein_kernels(seeds).bernstein_potential_integrals(
             xp, seeds, cells, psi, self.lo, self.hi, tuple(self.coefficients.shape))
+
+    def facet_moments(self, xp, seeds, cells):
+        """``(f0, f1, f2)``: per facet slot ``int rho (1, u, u u^T)`` along the facet: see
+        :func:`.planar.bernstein_facets.bernstein_facet_moments`."""
+        return _bernstein_kernels(seeds).bernstein_facet_moments(xp, seeds, cells, self.coefficients, self.lo, self.hi)
+
+    def polynomial_integrals(self, xp, seeds, cells, coefficients):
+        """Per grid cell and basis function ``sum_i int_{L_i & cell} B_k (a_i + b_i . u + c_i |u|^2)``:
+        see :func:`.planar.bernstein_transpose.bernstein_polynomial_integrals`."""
+        return _bernstein_kernels(seeds).bernstein_polynomial_integrals(
+            xp, seeds, cells, coefficients, self.lo, self.hi, tuple(self.coefficients.shape))
+
+    def axis_second_moments(self, xp, seeds, cells):
+        """Per cell ``int_{L_i} (x_a - y_ia)^2 rho`` for each axis (n, d)."""
+        return _bernstein_kernels(seeds).bernstein_axis_second_moments(xp, seeds, cells, self.coefficients,
+                                                                       self.lo, self.hi)
 
     def blurred(self, xp, width):
         """The cell means blurred to ``width`` (:func:`.continuation.blurred`), each the constant

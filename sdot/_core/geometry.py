@@ -20,8 +20,12 @@ exposes what the dimension-free core asks of the cells:
   :mod:`.planar.sensitivity`);
 - optionally, for grids of Bernstein polynomials (:class:`.density.BernsteinDensity`),
   ``integrate.bernstein_cell_integrals(xp, seeds, cells, coefficients, lo, hi)`` and
-  ``integrate.bernstein_potential_integrals(xp, seeds, cells, psi, lo, hi, coefficient_shape)``
-  (2D: :mod:`.planar.bernstein`, :mod:`.planar.bernstein_transpose`; 1D: :mod:`.linear.bernstein`);
+  ``integrate.bernstein_potential_integrals(xp, seeds, cells, psi, lo, hi, coefficient_shape)``,
+  and for the plan's derivatives ``integrate.bernstein_facet_moments``,
+  ``integrate.bernstein_polynomial_integrals`` and ``integrate.bernstein_axis_second_moments``
+  (the arguments of their piecewise-constant counterparts; 2D: :mod:`.planar.bernstein`,
+  :mod:`.planar.bernstein_transpose`, :mod:`.planar.bernstein_facets`; 1D: :mod:`.linear.bernstein`;
+  3D: :mod:`.spatial.bernstein`);
 - optionally ``solve(xp, prob, active, targets, log=)``: a direct solve that replaces the
   Newton loop (1D, :mod:`.linear`: the sorted closed form), a :class:`.newton.Solution`
   in the problem's units.

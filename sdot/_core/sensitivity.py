@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, geometry, newton
+from . import _compat, newton
 from .density import grid_density
 from .gradients import GradientState, gradients
 
@@ -73,28 +73,9 @@ class Facets(NamedTuple):
     f2: object
 
 
-def supported(lin):
-    """Whether the derivatives of the plan of ``lin`` are written: a density constant on each grid
-    cell (the facet moments of a polynomial grid, degree p > 0, are not)."""
-    return lin.values.ndim == lin.seeds.shape[1]
-
-
-def require_cell_constants(lin):
-    """Raise ``NotImplementedError`` unless ``lin``'s density is constant on each grid cell:
-    the facet moments of a polynomial grid (degree p > 0) are not written yet."""
-    if not supported(lin):
-        raise NotImplementedError(
-            "sdot: the derivatives of the transport plan (barycenters, brenier_potential, cell_masses, the second "
-            "derivatives of the distance, its derivative with respect to the domain) are not supported yet for "
-            "polynomial grids of degree p > 0 (PolynomialGrid with Bernstein coefficients); the first derivatives "
-            "of the distance with respect to the positions, the masses and the values are")
-
-
 def facets(xp, lin):
     """The :class:`Facets` of ``lin``'s cells (eagerly the slots with a neighbour only)."""
-    require_cell_constants(lin)
-    geom = geometry.of_seeds(lin.seeds)
-    f0, f1, f2 = geom.integrate.facet_moments(xp, lin.seeds, lin.cells, lin.values, lin.lo, lin.hi)
+    f0, f1, f2 = _density(lin, lin.values).facet_moments(xp, lin.seeds, lin.cells)
     n, cap = lin.cells.labels.shape
     d = lin.seeds.shape[1]
     is_facet = xp.reshape((lin.cells.labels >= 0) & (f0 != 0), (-1,))
@@ -222,9 +203,7 @@ def _box_motion(xp, lin, dx):
 
 
 def _polynomial_integrals(xp, lin, coef):
-    geom = geometry.of_seeds(lin.seeds)
-    return geom.integrate.polynomial_integrals(xp, lin.seeds, lin.cells, coef, lin.lo, lin.hi,
-                                               tuple(lin.values.shape))
+    return _density(lin, lin.values).polynomial_integrals(xp, lin.seeds, lin.cells, coef)
 
 
 def _distance_tangent(xp, lin, dx, dy, dm, vy, rate, tr):
@@ -253,8 +232,7 @@ def _distance_tangent(xp, lin, dx, dy, dm, vy, rate, tr):
 
 
 def _axis_second_moments(xp, lin):
-    geom = geometry.of_seeds(lin.seeds)
-    return geom.integrate.axis_second_moments(xp, lin.seeds, lin.cells, lin.values, lin.lo, lin.hi)
+    return _density(lin, lin.values).axis_second_moments(xp, lin.seeds, lin.cells)
 
 
 def _potential_tangent(xp, lin, dpsi, dy, dx):

@@ -31,7 +31,7 @@ import array_api_compat as aac
 from .. import _compat
 from ..planar.bernstein import _change_of_basis, gauss_legendre
 from .cells import clamp
-from .integrate import grid_edges, pieces
+from .integrate import end_moments, grid_edges, pieces
 
 #: Bisection rounds of :func:`segment_inverse`: the bracket ends at 2^-52 (about 2.2e-16).
 BISECTION_ROUNDS = 52
@@ -124,6 +124,21 @@ def end_density(xp, seeds, cells, coefficients, lo, hi):
                                local)
     density = 0.5 * (value(below) + value(above))
     return xp.where((cells.count > 0)[:, None], density, 0.0)
+
+
+@_compat.jit_on_jax()
+def bernstein_facet_moments(xp, seeds, cells, coefficients, lo, hi):
+    """Per end of each cell (its "facet", a point), the density there times ``1``, ``u`` and
+    ``u^2``, ``u = x - y_i``: :func:`.integrate.facet_moments` (its contract) with the density
+    of :func:`end_density`, shapes (n, 2), (n, 2, 1), (n, 2, 1, 1)."""
+    return end_moments(end_density(xp, seeds, cells, coefficients, lo, hi), cells)
+
+
+@_compat.jit_on_jax()
+def bernstein_axis_second_moments(xp, seeds, cells, coefficients, lo, hi):
+    """Per cell ``int_{L_i} (x - y_i)^2 rho``, shape (n, 1): the second moment of
+    :func:`bernstein_cell_integrals`."""
+    return bernstein_cell_integrals(xp, seeds, cells, coefficients, lo, hi)[0][:, 2:]
 
 
 def bernstein_potential_integrals(xp, seeds, cells, psi, lo, hi, coefficient_shape):

@@ -157,7 +157,12 @@ def facet_moments(xp, seeds, cells, values, lo, hi):
     Empty cells are zero. The ends on the domain's ends (``labels < 0``) are not zero: the
     density inside the domain there, as in :func:`cell_integrals`.
     """
-    f0 = _end_density(xp, seeds, cells, values, lo, hi)
+    return end_moments(_end_density(xp, seeds, cells, values, lo, hi), cells)
+
+
+def end_moments(f0, cells):
+    """``(f0, f0 u, f0 u^2)`` (shapes (n, 2), (n, 2, 1), (n, 2, 1, 1)) for the density ``f0`` at
+    the ends ``u`` of the cells (relative to the seeds)."""
     u = cells.vertices
     f1 = f0[:, :, None] * u
     return f0, f1, (f1 * u)[..., None]
@@ -171,5 +176,5 @@ def axis_second_moments(xp, seeds, cells, values, lo, hi):
 
 
 # the integrals of a Bernstein grid density (degree p per segment), by the same pieces
-from .bernstein import (bernstein_cell_integrals, bernstein_polynomial_integrals,  # noqa: E402, F401
-                        bernstein_potential_integrals)
+from .bernstein import (bernstein_axis_second_moments, bernstein_cell_integrals,  # noqa: E402, F401
+                        bernstein_facet_moments, bernstein_polynomial_integrals, bernstein_potential_integrals)

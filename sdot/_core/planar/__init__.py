@@ -23,7 +23,8 @@ certificate holds), :mod:`.diagram` (all of these together), :mod:`.hiding`, and
 cells, used by :class:`..density.PixelDensity`), :mod:`.sensitivity` (the integrals of
 the plan's implicit differentiation, by the same walk), :mod:`.bernstein` and
 :mod:`.bernstein_transpose` (exact integrals of a grid of Bernstein polynomials and their
-transpose, by the same walk, used by :class:`..density.BernsteinDensity`); the last three are
+transpose, by the same walk, used by :class:`..density.BernsteinDensity`) and
+:mod:`.bernstein_facets` (its facet moments, for the plan's derivatives); the last four are
 reached through :mod:`.integrate`.
 """
 from __future__ import annotations

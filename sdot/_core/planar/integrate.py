@@ -364,3 +364,4 @@ from .sensitivity import axis_second_moments, facet_moments, polynomial_integral
 # the integrals of a Bernstein grid density (degree p per axis), by the same walk
 from .bernstein import bernstein_axis_second_moments, bernstein_cell_integrals  # noqa: E402, F401
 from .bernstein_transpose import bernstein_polynomial_integrals, bernstein_potential_integrals  # noqa: E402, F401
+from .bernstein_facets import bernstein_facet_moments  # noqa: E402, F401

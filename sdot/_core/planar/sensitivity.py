@@ -73,13 +73,19 @@ def facet_moments(xp, seeds, cells, values, lo, hi):
         kernel = lambda s, v, c: _uniform_facet_moments(xp, s, v, c, values, lo, hi)
     else:
         kernel = lambda s, v, c: _facet_moments(xp, s, v, c, values, lo, hi)
-    f0, f1, f2 = _compat.blockwise(xp, kernel, seeds, vertices, cells.count)
-    if origin is not None:      # u = o + w: f1 = f1' + o f0, f2 = f2' + o f1'^T + f1' o^T + o o^T f0
-        o = origin[:, None, :]
-        f2 = (f2 + o[..., :, None] * f1[..., None, :] + f1[..., :, None] * o[..., None, :]
-              + (o[..., :, None] * o[..., None, :]) * f0[..., None, None])
-        f1 = f1 + o * f0[..., None]
-    return f0, f1, f2
+    return facets_about_seeds(*_compat.blockwise(xp, kernel, seeds, vertices, cells.count), origin)
+
+
+def facets_about_seeds(f0, f1, f2, origin):
+    """Facet moments ``(f0, f1, f2)`` about the far cells' ``origin`` (n, 2) moved to the seeds
+    (None: as they are): with ``u = o + w``, ``f1 = f1' + o f0`` and
+    ``f2 = f2' + o f1'^T + f1' o^T + o o^T f0``."""
+    if origin is None:
+        return f0, f1, f2
+    o = origin[:, None, :]
+    f2 = (f2 + o[..., :, None] * f1[..., None, :] + f1[..., :, None] * o[..., None, :]
+          + (o[..., :, None] * o[..., None, :]) * f0[..., None, None])
+    return f0, f1 + o * f0[..., None], f2
 
 
 def _symmetric(xp, xx, xy, yy):

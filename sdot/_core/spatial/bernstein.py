@@ -11,6 +11,10 @@ gives (:mod:`.bernstein_columns`: the voxel's coefficients, the base column's pa
 primitive and the whole columns' from prefix tables). The degenerate boundary triangles
 (two per facet of :func:`.polyhedra.facet_triangles`, zero area) are dropped first.
 
+For the plan's derivatives, :func:`bernstein_facet_moments` (``int rho (1, u, u u^T) dS`` per
+facet slot) and :func:`bernstein_axis_second_moments` take the same pieces (the kinds of
+:func:`.bernstein_pieces.piece_moments`).
+
 :func:`bernstein_polynomial_integrals` (and :func:`bernstein_potential_integrals`, the
 gradient of W2^2 with respect to the coefficients) is the transpose of the linear map
 ``coefficients -> moments``, taken term by term: the pieces' voxels directly, the base
@@ -30,6 +34,7 @@ from . import faces
 from .bernstein_columns import column, degree, prefix_tables, through_tables
 from .bernstein_pieces import Layout, line_rule, piece_gradients, piece_moments, triangle_rule
 from .polyhedra import facet_triangles
+from .sensitivity import _facets_about_seeds
 
 
 def rules(p: int):
@@ -65,18 +70,44 @@ def bernstein_polynomial_integrals(xp, seeds, cells, coefficients, lo, hi, coeff
     return polynomial_integrals_of_triangles(xp, seeds, tri, valid, coefficients, coefficient_shape, lo, hi)
 
 
+def bernstein_facet_moments(xp, seeds, cells, coefficients, lo, hi):
+    """Per facet slot ``(f0, f1, f2) = int_facet rho (1, u, u u^T) dS``, ``u = x - y_i``, shapes
+    ``(n, F)``, ``(n, F, 3)``, ``(n, F, 3, 3)``: the contract of :func:`.integrate.facet_moments`
+    for a Bernstein grid ``coefficients`` (``f0`` is the ``facet`` of :func:`bernstein_cell_integrals`)."""
+    tri, slot, valid = facet_triangles(xp, cells)
+    _, sums, origin = _triangle_integrals(xp, seeds, tri, slot, valid, cells.labels.shape[1], coefficients, lo, hi,
+                                          "facet")
+    return _facets_about_seeds(xp, sums, origin)
+
+
+def bernstein_axis_second_moments(xp, seeds, cells, coefficients, lo, hi):
+    """Per cell ``int_{L_i} (x_a - y_ia)^2 rho`` for each axis ``a``, ``(n, 3)``: the parts of the
+    second moment of :func:`bernstein_cell_integrals`."""
+    tri, slot, valid = facet_triangles(xp, cells)
+    sums, _, origin = _triangle_integrals(xp, seeds, tri, slot, valid, cells.labels.shape[1], coefficients, lo, hi,
+                                          "axes")
+    return sums[:, 4:] + 2.0 * origin * sums[:, 1:4] + sums[:, :1] * origin * origin
+
+
 def cell_integrals_of_triangles(xp, seeds, triangles, slot, valid, F: int, coefficients, lo, hi):
     """:func:`bernstein_cell_integrals` of cells given by their boundary triangles
     (``triangles`` (n, T, 3, 3) relative to the seeds, ``slot``, ``valid`` (n, T), as in
     :mod:`.faces`). Eagerly in blocks of cells; the tables are computed once."""
+    moments, facet, origin = _triangle_integrals(xp, seeds, triangles, slot, valid, F, coefficients, lo, hi, "cell")
+    return about_seeds(xp, moments, origin), facet[..., 0]
+
+
+def _triangle_integrals(xp, seeds, triangles, slot, valid, F: int, coefficients, lo, hi, kind):
+    """The sums of :func:`_cell_block` of ``kind`` over cells given by their boundary triangles, about
+    their origins (their first vertices, :func:`.faces._first_vertices`), and those origins."""
     slot = xp.astype(slot, xp.int64)
     valid = valid & _nondegenerate(xp, triangles)
     origin = faces._first_vertices(xp, triangles, valid)[0]
     tables = prefix_tables(xp, coefficients, lo, hi)
-    moments, facet = _compat.blockwise(
-        xp, lambda s, o, t, k, ok: _cell_block(xp, s, o, t, k, ok, F, coefficients, tables, lo, hi),
+    per_cell, per_slot = _compat.blockwise(
+        xp, lambda s, o, t, k, ok: _cell_block(xp, s, o, t, k, ok, F, coefficients, tables, lo, hi, kind),
         seeds, origin, triangles, slot, valid)
-    return about_seeds(xp, moments, origin), facet
+    return per_cell, per_slot, origin
 
 
 def polynomial_integrals_of_triangles(xp, seeds, triangles, valid, coefficients, coefficient_shape, lo, hi):
@@ -128,9 +159,15 @@ def _sliced(xp, fn, X, index):
     return [xp.concat(p, axis=0) for p in zip(*parts)]
 
 
-@_compat.jit_on_jax("F")
-def _cell_block(xp, seeds, origin, triangles, slot, valid, F, coefficients, tables, lo, hi):
-    """:func:`cell_integrals_of_triangles` of one block of cells, about their ``origin``."""
+#: Per kind of :func:`.bernstein_pieces.piece_moments`: its terms summed per cell, and per facet slot.
+TERMS = {"cell": (5, 1), "axes": (7, 1), "facet": (0, 10)}
+
+
+@_compat.jit_on_jax("F", "kind")
+def _cell_block(xp, seeds, origin, triangles, slot, valid, F, coefficients, tables, lo, hi, kind="cell"):
+    """:func:`cell_integrals_of_triangles` of one block of cells, about their ``origin``: the
+    terms of :func:`.bernstein_pieces.piece_moments` of ``kind`` summed per cell ``(n, c)`` and
+    per facet slot ``(n, F, f)`` (``(c, f)`` of :data:`TERMS`)."""
     n, T = valid.shape
     n0, n1, n2, _ = coefficients.shape
     p = degree(coefficients.shape)
@@ -140,25 +177,30 @@ def _cell_block(xp, seeds, origin, triangles, slot, valid, F, coefficients, tabl
     rule = rules(p)
     flat_slot = xp.reshape(slot, (-1,))
     dev = aac.device(seeds)
-    moments = [xp.zeros((n,), dtype=seeds.dtype, device=dev) for _ in range(5)]
-    facet = xp.zeros((n * F,), dtype=seeds.dtype, device=dev)
+    c, f = TERMS[kind]
+    acc = tuple(xp.zeros((n,), dtype=seeds.dtype, device=dev) for _ in range(c)) \
+        + tuple(xp.zeros((n * F,), dtype=seeds.dtype, device=dev) for _ in range(f))
+
+    def add(acc, terms, cell, at):
+        return tuple(a + _compat.segment_sum(xp, t, cell, n) for a, t in zip(acc[:c], terms[:c])) \
+            + tuple(a + _compat.segment_sum(xp, t, at, n * F) for a, t in zip(acc[c:], terms[c:]))
+
     if not _compat.static_shapes(triangles, valid):
         for X, (cell, tri, i, j, k) in faces._eager_pieces(xp, grid, triangles, valid, origin):
             terms = _sliced(xp, lambda X, index: piece_moments(
-                xp, column(xp, grid, p, EAGER, index[0], index[1:], (flat, tables))[0], X, rule), X, (cell, i, j, k))
-            moments = [m + _compat.segment_sum(xp, t, cell, n) for m, t in zip(moments, terms)]
-            facet = facet + _compat.segment_sum(xp, terms[5], cell * F + xp.take(flat_slot, tri), n * F)
-        return xp.stack(moments, axis=1), xp.reshape(facet, (n, F))
+                xp, column(xp, grid, p, EAGER, index[0], index[1:], (flat, tables))[0], X, rule, kind=kind), X,
+                (cell, i, j, k))
+            acc = add(acc, terms, cell, cell * F + xp.take(flat_slot, tri))
+    else:
+        def visit(X, live, normal, index, rows, acc):
+            cell = rows // T
+            col = column(xp, grid, p, STATIC, cell, index, (flat, tables))[0]
+            terms = [xp.sum(t, axis=1) for t in piece_moments(xp, col, X, rule, normal, live, kind=kind)]
+            return add(acc, terms, cell, cell * F + xp.take(flat_slot, rows))
 
-    def visit(X, live, normal, index, rows, acc):
-        cell = rows // T
-        col = column(xp, grid, p, STATIC, cell, index, (flat, tables))[0]
-        terms = [xp.sum(t, axis=1) for t in piece_moments(xp, col, X, rule, normal, live)]
-        out = tuple(a + _compat.segment_sum(xp, t, cell, n) for a, t in zip(acc[:5], terms))
-        return out + (acc[5] + _compat.segment_sum(xp, terms[5], cell * F + xp.take(flat_slot, rows), n * F),)
-
-    acc = faces._static_pieces(xp, grid, triangles - origin[:, None, None, :], valid, visit, tuple(moments) + (facet,))
-    return xp.stack(acc[:5], axis=1), xp.reshape(acc[5], (n, F))
+        acc = faces._static_pieces(xp, grid, triangles - origin[:, None, None, :], valid, visit, acc)
+    per_cell = xp.stack(acc[:c], axis=1) if c else xp.zeros((n, 0), dtype=seeds.dtype, device=dev)
+    return per_cell, xp.reshape(xp.stack(acc[c:], axis=1), (n, F, f))
 
 
 @_compat.jit_on_jax("shape")

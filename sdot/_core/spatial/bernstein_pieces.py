@@ -220,11 +220,21 @@ def _line_weights(xp, layout, line, like):
     return w if layout.first else xp.reshape(w, (len(line[1]),) + (1,) * like.ndim)
 
 
-def piece_moments(xp, col, X, rules, normal=None, live=None):
+#: The pairs ``(a, b)``, ``a <= b``, of the second moments of a facet (:func:`piece_moments`'s "facet").
+PAIRS = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))
+
+
+def piece_moments(xp, col, X, rules, normal=None, live=None, kind="cell"):
     """Per triangle ``X`` (9 arrays, relative to the cell's origin, in the voxel of ``col``)
-    its share ``(mass, M_u, M_v, M_w, M_2, facet)`` of the cell's moments about the origin
-    (``int G n_x dS`` of the primitives of the module docstring) and of its facet integral
-    (``int rho dS``, signed along ``normal`` if given); zero where not ``live``."""
+    its share of the cell's integrals about the origin, zero where not ``live``; of ``kind``:
+
+    - ``"cell"``: ``(mass, M_u, M_v, M_w, M_2, facet)``: the moments (``int G n_x dS`` of the
+      primitives of the module docstring) and the facet integral ``int rho dS`` (signed along
+      ``normal`` if given);
+    - ``"axes"``: ``(mass, M_u, M_v, M_w, M_uu, M_vv, M_ww, facet)``, ``M_2`` by axis;
+    - ``"facet"``: ``int rho (1, u, v, w) dS`` and ``int rho x_a x_b dS`` for the :data:`PAIRS`
+      (10 terms, signed along ``normal`` if given): on the triangle ``rho x_a x_b`` is of degree
+      ``3 p + 2``, within the triangle rule's."""
     triangle, line = rules
     lay, p, n = col.layout, col.p, len(line[0])
     edges = _edges(X)
@@ -234,6 +244,12 @@ def piece_moments(xp, col, X, rules, normal=None, live=None):
     def node(l1, l2, w, out):
         u, v, z = _points(X, edges, l1, l2)
         rows = lay.matvec(xp, col.rows, col.across(xp, v, z))                 # p + 4 per point
+        if kind == "facet":
+            basis = lay.basis(xp, col.t_B + (u - col.B) * col.scale[0], p)
+            rho = lay.total(xp, lay.span(rows, 0, p + 1) * basis)
+            x = (u, v, z)
+            terms = (rho, rho * u, rho * v, rho * z) + tuple(rho * x[a] * x[b] for a, b in PAIRS)
+            return [o + w * t for o, t in zip(out, terms)]
         ell, U, basis = col.along(xp, u, line)
         rho = lay.vecmat(xp, lay.span(rows, 0, p + 1), basis)   # the density at the line's nodes and at u
         part = lay.span(rho, 0, n) * weights * lay.scalar(ell)  # the piece's column: int from B to u
@@ -241,11 +257,13 @@ def piece_moments(xp, col, X, rules, normal=None, live=None):
         G0 = lay.at(rows, p + 1) + lay.total(xp, part)
         G1 = lay.at(rows, p + 2) + lay.total(xp, part_U)
         G2 = lay.at(rows, p + 3) + lay.total(xp, part_U * U)
-        terms = (G0, G1, v * G0, z * G0, G2 + (v * v + z * z) * G0, lay.at(rho, n))
+        second = (G2 + (v * v + z * z) * G0,) if kind == "cell" else (G2, v * v * G0, z * z * G0)
+        terms = (G0, G1, v * G0, z * G0) + second + (lay.at(rho, n),)
         return [o + w * t for o, t in zip(out, terms)]
 
-    out = _over_triangle(xp, triangle, W, node, [xp.zeros_like(W) for _ in range(6)])
-    out = [o * W for o in out[:5]] + [out[5] * area]
+    count = {"cell": 6, "axes": 8, "facet": 10}[kind]
+    out = _over_triangle(xp, triangle, W, node, [xp.zeros_like(W) for _ in range(count)])
+    out = [o * area for o in out] if kind == "facet" else [o * W for o in out[:-1]] + [out[-1] * area]
     if live is not None:
         out = [xp.where(live, o, 0.0) for o in out]
     return out

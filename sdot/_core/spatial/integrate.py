@@ -19,8 +19,8 @@ import array_api_compat as aac
 from .. import _compat
 from ..moments import FAR, about_seeds
 from . import faces, sensitivity
-from .bernstein import (bernstein_cell_integrals, bernstein_polynomial_integrals,  # noqa: F401 (re-exported)
-                        bernstein_potential_integrals)
+from .bernstein import (bernstein_axis_second_moments, bernstein_cell_integrals,  # noqa: F401 (re-exported)
+                        bernstein_facet_moments, bernstein_polynomial_integrals, bernstein_potential_integrals)
 from .polyhedra import facet_triangles, listed_triangles
 
 
