@@ -292,7 +292,7 @@ def _table(xp, where, values, nowhere: int):
     """A flat table of ``nowhere + 1`` entries with ``values`` at ``where`` (entries at
     ``nowhere`` dropped)."""
     out = xp.zeros((nowhere + 1,), dtype=values.dtype, device=aac.device(values))
-    return _compat.set_rows(xp, out, xp.reshape(where, (-1,)), xp.reshape(values, (-1,)))
+    return _compat.put_rows(xp, out, xp.reshape(where, (-1,)), xp.reshape(values, (-1,)))
 
 
 def clip_by(xp, seeds, psi, active, cells, rows, candidates):

@@ -41,7 +41,7 @@ def triangulated_cells(xp, seeds, psi, active, lo, hi, capacity: int, clipped_ro
     rel = centre[:, None, :] + corner0[:, None, :] - _compat.flat_take(seeds, tets)     # (m, 4, 3): from each corner
     put = xp.nonzero(xp.reshape(where >= 0, (-1,)))[0]
     flat = xp.zeros((n * v_cap, 3), dtype=seeds.dtype, device=dev)
-    flat = _compat.set_rows(xp, flat, xp.take(xp.reshape(where, (-1,)), put), xp.take(xp.reshape(rel, (-1, 3)), put, axis=0))
+    flat = _compat.put_rows(xp, flat, xp.take(xp.reshape(where, (-1,)), put), xp.take(xp.reshape(rel, (-1, 3)), put, axis=0))
     bad = _compat.segment_sum(xp, xp.astype(xp.reshape(xp.broadcast_to(~ok[:, None], tets.shape), (-1,)), xp.int64),
                               xp.reshape(tets, (-1,)), n) > 0
     cells = Cells(xp.reshape(flat, (n, v_cap, 3)), part["corners"], part["adjacent"], part["size"], part["labels"],
@@ -50,8 +50,8 @@ def triangulated_cells(xp, seeds, psi, active, lo, hi, capacity: int, clipped_ro
     redo = xp.nonzero(part["open"] | bad)[0]
     if redo.shape[0]:
         fixed = clipped_rows(redo, xp.take(part["table"], redo, axis=0))
-        cells = cells._replace(**{f: _compat.set_rows(xp, getattr(cells, f), redo, getattr(fixed, f))
-                                  for f in cells._fields if f != "certified"})
+        cells = cells._replace(**{f: _compat.put_rows(xp, getattr(cells, f), redo, getattr(fixed, f))
+                                  for f in cells._fields if f != "certified"})    # arrays made here: in place
     return cells, part["table"]
 
 
