@@ -92,8 +92,8 @@ class OtPlan(JaxPytree):
         """NumPy's forward-mode derivative: the tangents of ``distance``, ``barycenters``,
         ``brenier_potential`` and ``cell_masses`` (a dict) along tangents of the inputs (None
         for zero): the Dirac ``positions`` (n, d), their ``weights`` (n,) (the masses before
-        normalisation; SumOfDiracs has none), the grid's ``values`` and its ``domain``
-        ``(lo, hi)``, each of shape (d,). By implicit differentiation: one sparse solve.
+        normalisation; SumOfDiracs has none), the grid's ``values`` (a SplineGrid's own,
+        through its linear map) and its ``domain`` ``(lo, hi)``, each of shape (d,). By implicit differentiation: one sparse solve.
         torch and JAX users differentiate the plan's arrays directly."""
         norm = self._normaliser("jvp")
         lo, hi = (None, None) if domain is None else (np.asarray(domain[0], float), np.asarray(domain[1], float))
