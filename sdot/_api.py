@@ -18,6 +18,7 @@ from ._core.options import DEFAULT as NEWTON_OPTIONS
 from ._grid_batches import _BatchOfGrids
 from ._grids import PolynomialGrid
 from ._measures import _Diracs, align
+from ._spline_grid import SplineGrid
 from ._diagram import PowerDiagram
 from ._pytrees import JaxPytree
 
@@ -91,8 +92,8 @@ class OtPlan(JaxPytree):
         """NumPy's forward-mode derivative: the tangents of ``distance``, ``barycenters``,
         ``brenier_potential`` and ``cell_masses`` (a dict) along tangents of the inputs (None
         for zero): the Dirac ``positions`` (n, d), their ``weights`` (n,) (the masses before
-        normalisation; SumOfDiracs has none), the grid's ``values`` and its ``domain``
-        ``(lo, hi)``, each of shape (d,). By implicit differentiation: one sparse solve.
+        normalisation; SumOfDiracs has none), the grid's ``values`` (a SplineGrid's own,
+        through its linear map) and its ``domain`` ``(lo, hi)``, each of shape (d,). By implicit differentiation: one sparse solve.
         torch and JAX users differentiate the plan's arrays directly."""
         norm = self._normaliser("jvp")
         lo, hi = (None, None) if domain is None else (np.asarray(domain[0], float), np.asarray(domain[1], float))
@@ -387,6 +388,7 @@ def _plan(name, keep, source, target, orders=1, **options):
 def _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orders):
     """The plan of one source and one target (``tol`` and ``max_iter`` checked; ``orders``:
     see :func:`_plan`)."""
+    spline = target if isinstance(target, SplineGrid) else None     # NumPy's jvp/vjp: its values
     source, target = _check_pair(source, target)
     xp, prob = _problem(source, target)
     tol = default_tolerance() if tol is None else tol
@@ -396,7 +398,7 @@ def _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orde
                                _printer(verbose), raise_on_failure, NEWTON_OPTIONS)
     out, stop = _solve(xp, prob, tol, max_iter, _printer(verbose), raise_on_failure, NEWTON_OPTIONS)
     if aac.is_numpy_array(out.barycenters):
-        out._normalisation = _differentiable.Normalisation(source, target, out._linearization)
+        out._normalisation = _differentiable.Normalisation(source, target, out._linearization, spline)
     if raise_on_failure and not _driver.is_tracer(out.converged) and not bool(out.converged):
         raise OtNotConverged(_failure(out, stop, tol, max_iter, prob, NEWTON_OPTIONS), out)
     return out

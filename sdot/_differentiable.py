@@ -150,10 +150,13 @@ class Normalisation:
     problem's (positions, normalised masses, density, box) and its derivatives, for NumPy's
     :meth:`sdot.OtPlan.jvp` and :meth:`sdot.OtPlan.vjp`: ``m = w M / sum(w)`` (``M`` the
     source's mass; ``w`` as given if ``M`` is None) and ``rho = v M' / (sum(v) |cell|)``
-    (``M'`` the target's mass, ``|cell|`` the volume of a grid cell)."""
+    (``M'`` the target's mass, ``|cell|`` the volume of a grid cell). For a ``spline``
+    (the :class:`sdot.SplineGrid` that ``target`` is the Bernstein form of), the user's values
+    are the spline's: ``v = T s`` with ``T`` its linear map, so tangents of ``s`` go through
+    ``T`` before the normalisation and cotangents come back through ``T^T`` after it."""
 
-    def __init__(self, source, target, lin):
-        self.lin = lin
+    def __init__(self, source, target, lin, spline=None):
+        self.lin, self.spline = lin, spline
         self.weights = None if source._weights is None else np.asarray(source._weights, dtype=lin.seeds.dtype)
         self.mass = source._mass
         self.values = np.asarray(target.values, dtype=lin.seeds.dtype)
@@ -167,6 +170,8 @@ class Normalisation:
             w = self.weights
             dm = weights if self.mass is None else self.mass / w.sum() * (weights - w * weights.sum() / w.sum())
         rate = None if lo is None and hi is None else (_or0(hi, lin.hi) - _or0(lo, lin.lo)) / (lin.hi - lin.lo)
+        if self.spline is not None and values is not None:
+            values = self.spline.bernstein_tangent(values)
         drho = None
         if self.target_mass is not None:
             v = self.values
@@ -195,6 +200,8 @@ class Normalisation:
             c_tr = -(c_values * lin.values).sum()
             c_lo = (np.zeros_like(lin.lo) if c_lo is None else c_lo) - c_tr / (lin.hi - lin.lo)
             c_hi = (np.zeros_like(lin.hi) if c_hi is None else c_hi) + c_tr / (lin.hi - lin.lo)
+        if self.spline is not None and c_v is not None:
+            c_v = self.spline.values_cotangent(c_v)
         return c_seeds, c_w, c_v, c_lo, c_hi
 
     def _integral(self):

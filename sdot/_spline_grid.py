@@ -95,6 +95,21 @@ class SplineGrid(PolynomialGrid):
         grid._dim = self.dim
         return grid
 
+    def bernstein_tangent(self, tangent):
+        """The Bernstein coefficients (the layout of :meth:`as_polynomial_grid`) of a tangent
+        of ``values``: the spline's linear map ``T`` (``A^{-1}`` per axis first with
+        ``interpolate=True``) applied to ``tangent``, an array of the shape of ``values``."""
+        xp, p = namespace(tangent), self.degree
+        control = _splines.control_values(xp, tangent, p) if self._interpolate else tangent
+        return _splines.to_bernstein(xp, control, p)
+
+    def values_cotangent(self, cotangent):
+        """The cotangent of ``values`` of a cotangent of the Bernstein coefficients: ``T^T``
+        applied to ``cotangent`` (the transpose of :meth:`bernstein_tangent`)."""
+        xp, p = namespace(cotangent), self.degree
+        control = _splines.to_bernstein_transpose(xp, cotangent, p)
+        return _splines.control_values_transpose(xp, control, p) if self._interpolate else control
+
     def with_dim(self, d):
         """The spline as a ``d``-dimensional :class:`PolynomialGrid` (:meth:`as_polynomial_grid`).
 

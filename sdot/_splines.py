@@ -23,6 +23,11 @@ autograd and JAX differentiate through it.
 Interpolation (``S(j + 1/2) = s_j`` at every cell centre) solves, along each
 axis, ``A c = s`` with ``A[j, clamp(i)] += N_p(j - i)``, a banded ``n x n`` matrix
 (diagonally dominant for ``p <= 6``), with ``xp.linalg.solve``.
+
+The transposes of both maps (:func:`to_bernstein_transpose`,
+:func:`control_values_transpose`) take cotangents of the Bernstein coefficients back
+to the spline's values, for NumPy's ``OtPlan.vjp``: the ``take`` of the forward map
+becomes a scatter-add (``segment_sum``) and ``A^{-1}`` becomes ``A^{-T}``.
 """
 from __future__ import annotations
 
@@ -32,10 +37,11 @@ from math import comb, factorial
 
 import numpy as np
 
+from ._core._compat import segment_sum
 from ._driver import device_of
 
-__all__ = ["to_bernstein", "control_values", "lowest_sample", "piece_matrices", "interpolation_matrix",
-           "pieces_per_cell"]
+__all__ = ["to_bernstein", "to_bernstein_transpose", "control_values", "control_values_transpose",
+           "lowest_sample", "piece_matrices", "interpolation_matrix", "pieces_per_cell"]
 
 
 def pieces_per_cell(degree):
@@ -121,12 +127,27 @@ def control_values(xp, samples, degree):
     ``xp.linalg.solve``; a linear map of ``samples``, differentiable. Degree 1
     interpolates its control values (``A`` is the identity).
     """
+    return _solve_per_axis(xp, samples, degree, transpose=False)
+
+
+def control_values_transpose(xp, cotangent, degree):
+    """The transpose of :func:`control_values`: ``A^{-T}`` along each axis.
+
+    The forward map is ``A_0^{-1} x ... x A_{d-1}^{-1}`` (one factor per axis), so its
+    transpose solves ``A_a^T y = g`` along each axis ``a``; ``cotangent`` has the shape
+    of the samples.
+    """
+    return _solve_per_axis(xp, cotangent, degree, transpose=True)
+
+
+def _solve_per_axis(xp, x, degree, transpose):
+    """Solve ``A y = x`` (or ``A^T y = x``) along every axis of ``x`` in turn."""
     if degree == 1:
-        return samples
-    x = samples
-    for _ in range(samples.ndim):
+        return x
+    for _ in range(x.ndim):
         n, rest = x.shape[0], tuple(x.shape[1:])
-        a = xp.asarray(interpolation_matrix(n, degree), dtype=x.dtype, device=device_of(x))
+        a = interpolation_matrix(n, degree)
+        a = xp.asarray(np.ascontiguousarray(a.T) if transpose else a, dtype=x.dtype, device=device_of(x))
         solved = xp.linalg.solve(a, xp.reshape(x, (n, -1)))
         x = _cycle(xp, xp.reshape(solved, (n,) + rest))
     return x
@@ -146,6 +167,24 @@ def _convert_first_axis(xp, x, offsets, weights):
     y = xp.tensordot(near, w, axes=([1], [1]))                # (n, *rest, r, p + 1)
     m = len(rest)
     return xp.permute_dims(y, tuple(range(1, m + 1)) + (0, m + 1, m + 2))
+
+
+def _convert_last_axes_transpose(xp, y, offsets, weights):
+    """The transpose of :func:`_convert_first_axis`: ``(*rest, n, r, p + 1)`` to ``(n, *rest)``.
+
+    ``x[i] = sum over (j, o) with clamp(j + o) = i of sum_{s, k} weights[s, o, k] y[j, s, k]``:
+    a contraction with the weights, then a scatter-add of the ``O`` neighbours onto their
+    (clamped) cells.
+    """
+    m = y.ndim - 3
+    n = y.shape[m]
+    rest = tuple(y.shape[:m])
+    w = xp.asarray(weights, dtype=y.dtype, device=device_of(y))
+    near = xp.tensordot(y, w, axes=([m + 1, m + 2], [0, 2]))          # (*rest, n, O)
+    near = xp.permute_dims(near, (m, m + 1) + tuple(range(m)))        # (n, O, *rest)
+    near = xp.reshape(near, (n * offsets.shape[0],) + rest)
+    index = np.clip(np.arange(n)[:, None] + offsets[None, :], 0, n - 1).reshape(-1)
+    return segment_sum(xp, near, xp.asarray(index, device=device_of(y)), n)
 
 
 def to_bernstein(xp, control, degree):
@@ -175,6 +214,34 @@ def to_bernstein(xp, control, degree):
     x = xp.permute_dims(x, order)
     r, k = weights.shape[0], weights.shape[2]
     return xp.reshape(x, tuple(r * n for n in control.shape) + (k ** d,))
+
+
+def to_bernstein_transpose(xp, cotangent, degree):
+    """The transpose of :func:`to_bernstein`: cotangents of the control values.
+
+    Parameters
+    ----------
+    cotangent : array, shape (r n0, ..., r n_{d-1}, (p+1)^d)
+        A cotangent ``g`` of the Bernstein coefficients (the layout of :func:`to_bernstein`).
+    degree : int
+        ``p >= 1``.
+
+    Returns
+    -------
+    array, shape (n0, ..., n_{d-1})
+        ``T^T g``, with ``T`` the map of :func:`to_bernstein`: ``<T^T g, c> = <g, T c>``
+        for every ``c``.
+    """
+    offsets, weights = piece_matrices(degree)
+    r, k = weights.shape[0], weights.shape[2]
+    d = cotangent.ndim - 1
+    shape = tuple(q // r for q in cotangent.shape[:d])
+    x = xp.reshape(cotangent, tuple(e for n in shape for e in (n, r)) + (k,) * d)
+    order = tuple(v for a in range(d) for v in (2 * a, 2 * a + 1, 2 * d + a))
+    x = xp.permute_dims(x, order)                                    # (n0, r, K, n1, r, K, ...)
+    for _ in range(d):                                                # the last axis converted first
+        x = _convert_last_axes_transpose(xp, x, offsets, weights)
+    return x
 
 
 def lowest_sample(xp, bernstein, dim, degree):

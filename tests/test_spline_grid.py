@@ -250,3 +250,89 @@ def test_gradient_wrt_spline_values_matches_finite_differences_torch_and_jax(con
         assert float((g * torch.tensor(dv)).sum()) == pytest.approx(fd, rel=1e-5, abs=1e-9)
     gj = jax.grad(w2)(jax.numpy.asarray(v, dtype=jax.numpy.float64))     # conftest enables x64
     np.testing.assert_allclose(np.asarray(gj), g.numpy(), rtol=1e-9, atol=1e-12)
+
+
+# ------------------------------------------- NumPy's jvp and vjp in terms of the spline's values
+@pytest.mark.parametrize("interpolate", [False, True])
+@pytest.mark.parametrize("continuity", [0, 1, 2])
+@pytest.mark.parametrize("dim", [1, 2, 3])
+def test_transpose_of_the_spline_map(dim, continuity, interpolate, sdot_driver):
+    """``<T^T u, v> = <u, T v>`` for the spline's map ``T`` (values -> Bernstein coefficients,
+    itself checked against the spline's formula above) and random ``u``, ``v``."""
+    sdot_driver.framework = "numpy"
+    rng = np.random.default_rng(100 * dim + 10 * continuity + interpolate)
+    grid = SplineGrid(np.ones(SHAPES[dim]), continuity=continuity, interpolate=interpolate)
+    v = 1.0 + 0.2 * rng.random(SHAPES[dim])           # positive: a valid SplineGrid's values
+    forward = grid.bernstein_tangent(v)
+    as_grid = SplineGrid(v, continuity=continuity, interpolate=interpolate, mass=None).as_polynomial_grid()
+    np.testing.assert_allclose(forward, as_grid.values, rtol=0, atol=1e-14)
+    u = rng.standard_normal(forward.shape)
+    back = grid.values_cotangent(u)
+    assert back.shape == v.shape
+    assert np.sum(back * v) == pytest.approx(np.sum(u * forward), rel=1e-12, abs=1e-12)
+
+
+def test_transpose_of_the_spline_map_on_backends(backend):
+    """The transpose (a scatter-add and ``A^T`` solves) on every backend equals NumPy's."""
+    rng = np.random.default_rng(4)
+    grid = SplineGrid(np.ones((4, 3)), continuity=2, interpolate=True)
+    u = rng.standard_normal((8, 6, 16))           # cubic: two knot spans per cell and axis
+    with backend.shapes():
+        got = backend.run(grid.values_cotangent, backend.asarray(u))
+    np.testing.assert_allclose(backend.to_numpy(got), grid.values_cotangent(u), rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("dim, continuity, interpolate", [(1, 2, True), (2, 0, True), (2, 1, False),
+                                                          (3, 1, True)])
+def test_numpy_derivatives_wrt_spline_values_equal_torch_autograd(dim, continuity, interpolate, sdot_driver):
+    """NumPy's ``plan.vjp`` wrt the spline's values (distance and barycentres) equals torch
+    autograd's gradient through the spline's map, and ``plan.jvp`` along a tangent of the values
+    is its dual (``<grad, dv> = <cotangent, jvp(dv)>``)."""
+    torch = pytest.importorskip("torch")
+    sdot_driver.framework = "numpy"
+    rng = np.random.default_rng(20 + dim + continuity)
+    shape = {1: (7,), 2: (5, 4), 3: (3, 2, 2)}[dim]
+    x, v = rng.uniform(0.1, 0.9, (12, dim)), 1.0 + rng.random(shape)
+    cot = rng.standard_normal((12, dim))
+    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), SplineGrid(v, continuity, interpolate=interpolate),
+                                       tol=1e-12)
+    got_distance, got_barycenters = plan.vjp(distance=1.0)["values"], plan.vjp(barycenters=cot)["values"]
+
+    vt = torch.tensor(v, requires_grad=True)
+    out = sdot.optimal_transport_plan(sdot.SumOfDiracs(torch.tensor(x)),
+                                      SplineGrid(vt, continuity, interpolate=interpolate), tol=1e-12)
+    (want_distance,) = torch.autograd.grad(out.distance, vt, retain_graph=True)
+    (want_barycenters,) = torch.autograd.grad((out.barycenters * torch.from_numpy(cot)).sum(), vt)
+    for got, want in ((got_distance, want_distance), (got_barycenters, want_barycenters)):
+        assert got.shape == shape
+        np.testing.assert_allclose(got, want.numpy(), rtol=0, atol=1e-10 * np.abs(want.numpy()).max())
+
+    dv = rng.standard_normal(shape)
+    tangent = plan.jvp(values=dv)
+    assert float(tangent["distance"]) == pytest.approx(float(np.sum(want_distance.numpy() * dv)), rel=1e-10)
+    assert float(np.sum(tangent["barycenters"] * cot)) == pytest.approx(
+        float(np.sum(want_barycenters.numpy() * dv)), rel=1e-10)
+
+
+def test_numpy_derivatives_wrt_spline_values_match_finite_differences(sdot_driver):
+    """``plan.jvp(values=dv)`` and ``<plan.vjp(...)["values"], dv>`` for an interpolating C^1
+    spline against central differences of the distance and the barycentres."""
+    sdot_driver.framework = "numpy"
+    rng = np.random.default_rng(31)
+    x, v = rng.uniform(0.1, 0.9, (8, 2)), 1.0 + rng.random((3, 4))
+    dv, cot = rng.standard_normal(v.shape), rng.standard_normal((8, 2))
+
+    def plan(values):
+        grid = SplineGrid(values, continuity=1, interpolate=True)
+        return sdot.optimal_transport_plan(sdot.SumOfDiracs(x), grid, tol=1e-13)
+    eps = 1e-6
+    up, down = plan(v + eps * dv), plan(v - eps * dv)
+    fd_distance = (float(up.distance) - float(down.distance)) / (2 * eps)
+    fd_barycenters = (up.barycenters - down.barycenters) / (2 * eps)
+    base = plan(v)
+    tangent = base.jvp(values=dv)
+    assert float(tangent["distance"]) == pytest.approx(fd_distance, rel=1e-6, abs=1e-10)
+    np.testing.assert_allclose(tangent["barycenters"], fd_barycenters, rtol=0, atol=1e-7)
+    assert float(np.sum(base.vjp(distance=1.0)["values"] * dv)) == pytest.approx(fd_distance, rel=1e-6, abs=1e-10)
+    assert float(np.sum(base.vjp(barycenters=cot)["values"] * dv)) == pytest.approx(
+        float(np.sum(fd_barycenters * cot)), rel=1e-6, abs=1e-8)
