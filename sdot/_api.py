@@ -97,8 +97,16 @@ class OtPlan(JaxPytree):
         torch and JAX users differentiate the plan's arrays directly."""
         norm = self._normaliser("jvp")
         lo, hi = (None, None) if domain is None else (np.asarray(domain[0], float), np.asarray(domain[1], float))
-        tangents = norm.forward(*(None if t is None else np.asarray(t, dtype=norm.lin.seeds.dtype)
-                                  for t in (positions, weights, values)), lo, hi)
+        given = [None if t is None else np.asarray(t, dtype=norm.lin.seeds.dtype) for t in (positions, weights, values)]
+        shapes = (tuple(norm.lin.seeds.shape), None if norm.weights is None else tuple(norm.weights.shape),
+                  tuple(norm.user_values_shape))
+        for name, t, shape in zip(("positions", "weights", "values"), given, shapes):
+            if t is not None and shape is None:
+                raise ValueError("OtPlan.jvp: the source has no weights (SumOfDiracs); pass weights=None")
+            if t is not None and tuple(t.shape) != shape:
+                raise ValueError(f"OtPlan.jvp: the tangent of {name} must have the shape of {name}, {shape}, "
+                                 f"got {tuple(t.shape)}")
+        tangents = norm.forward(*given, lo, hi)
         rule = self._rules()
         return dict(zip(rule.outputs, rule.jvp(norm.lin, tangents)))
 

@@ -160,6 +160,7 @@ class Normalisation:
         self.weights = None if source._weights is None else np.asarray(source._weights, dtype=lin.seeds.dtype)
         self.mass = source._mass
         self.values = np.asarray(target.values, dtype=lin.seeds.dtype)
+        self.user_values_shape = tuple((target if spline is None else spline).values.shape)
         self.target_mass = target._mass
 
     def forward(self, positions, weights, values, lo, hi):

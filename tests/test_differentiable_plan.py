@@ -89,6 +89,24 @@ def test_numpy_vjp_is_the_transpose_of_jvp(sdot_driver, dim):
     assert abs(lhs - rhs) <= 1e-10 * max(abs(lhs), 1.0)
 
 
+def test_numpy_jvp_refuses_tangents_of_the_wrong_shape(sdot_driver):
+    """A tangent must have its input's shape (a SplineGrid's own values, 1D positions (n, 1)),
+    and a SumOfDiracs has no weights to perturb: clear ValueErrors, not IndexErrors."""
+    sdot_driver.framework = "numpy"
+    rng = np.random.default_rng(3)
+    x = rng.random((12, 2))
+    spline = sdot.SplineGrid(0.5 + rng.random((4, 5)), continuity=1)
+    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), spline)
+    assert np.isfinite(plan.jvp(values=np.ones((4, 5)))["distance"])
+    with pytest.raises(ValueError, match="tangent of values must have the shape of values, \\(4, 5\\)"):
+        plan.jvp(values=np.ones((4, 5, 9)))                     # the Bernstein layout is not the spline's
+    with pytest.raises(ValueError, match="no weights"):
+        plan.jvp(weights=np.ones(12))
+    line = sdot.optimal_transport_plan(sdot.SumOfDiracs1d(x[:, 0]), sdot.Grid(np.ones(4)))
+    with pytest.raises(ValueError, match="positions must have the shape of positions, \\(12, 1\\)"):
+        line.jvp(positions=np.ones(12))
+
+
 def test_hard_inputs_zero_background_duplicates_and_an_empty_cell(sdot_driver):
     """A zero background, two exact duplicates moved together and a zero-mass Dirac: the
     derivatives along smooth directions still match the solver's finite differences."""
