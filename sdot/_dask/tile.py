@@ -175,11 +175,17 @@ class Tile:
         return out, boxes
 
     def accept(self):
-        """Take the last trial: the weights move to ``psi + t d``."""
+        """Take the last trial: the weights move to ``psi + t d``; returns the owned weights
+        (the client's checkpoint)."""
         t, self.ev = self.trial
         self.psi = self.psi + t * self.d
         self.halo_psi = self.halo_psi + t * self.halo_d
         self.trial = None
+        return self.psi
+
+    def set_weights(self, psi):
+        """The owned weights ``psi`` (a checkpoint, on a rebuilt tile before its halo is set)."""
+        self.psi = np.asarray(psi, dtype=np.float64)
 
     def _summary(self, ev, psi, tops, boxes):
         n = self.seeds.shape[0]
