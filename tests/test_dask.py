@@ -186,6 +186,11 @@ def test_halo_certificate_against_brute_force():
     truly = np.all(power_own <= power_out, axis=1)
     assert np.all(truly[ok])                    # no false certificate
     assert ok.sum() > 0 and (~ok).sum() > 0     # both outcomes occur
+    # the per-cell pre-test loses nothing: the same answer as the test of every vertex
+    gap = np.maximum(np.maximum(lo - points, points - hi), 0.0)
+    every_vertex = tiling._vertices_certified(np.sqrt(np.sum(gap * gap, axis=2)), power_own, np.ones((own.size, 6), bool),
+                                              psi[own], [(width, psi.max())], seeds.dtype)
+    assert np.array_equal(ok, every_vertex)
     # the local test by boxes of the outside Diracs (their bounding boxes and largest weights)
     box_lo, box_hi, top = tiling.box_maxima(seeds[outside], psi[outside], 0.05)
     by_boxes = tiling.boxes_certified(seeds[own], psi[own], vertices, count, box_lo, box_hi, top, np.arange(own.size))

@@ -25,6 +25,11 @@ from . import tiling
 from .tile_system import TileSystem
 
 
+def _now():
+    """``(wall, this thread's CPU)`` seconds."""
+    return time.perf_counter(), time.thread_time()
+
+
 #: Bands beyond a tile's halo whose Diracs its halo test sees by squares (the others by bands).
 RING = 2
 
@@ -63,11 +68,14 @@ class Tile:
     # -- the halo -------------------------------------------------------------------
 
     def _spent(self, name, start):
-        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+        """Add the wall and thread CPU seconds since ``start`` (:func:`_now`) to ``name``."""
+        wall, cpu = _now()
+        self.seconds[name] = self.seconds.get(name, 0.0) + wall - start[0]
+        self.seconds[name + " cpu"] = self.seconds.get(name + " cpu", 0.0) + cpu - start[1]
 
     def timings(self):
         """Seconds spent by this tile in its diagrams, trials, factorisations and the
-        conjugate gradient's local work."""
+        conjugate gradient's local work: wall (``name``) and the thread's CPU (``name cpu``)."""
         return dict(self.seconds)
 
     def sizes(self):
@@ -141,7 +149,7 @@ class Tile:
         previous = self.ev.cells if trial and self.ev is not None else None
         capacity = None if self.ev is None else self.ev.cells.labels.shape[1]
         prob = newton.Problem(self.local_seeds, None, self.density)
-        start = time.perf_counter()
+        start = _now()
         with host_settings(threads=self.threads):
             ev = newton.evaluate(np, prob, psi, self.local_active, capacity=capacity, previous=previous,
                                  trial=np.asarray(True) if trial else None, diagram=DEFAULT.diagram)
@@ -244,7 +252,7 @@ class Tile:
     def start_solve(self, regularisation, mean, refactor=True):
         """See :meth:`.tile_system.TileSystem.start` (the last factors kept unless ``refactor``);
         with the rows of ``z`` for the halos."""
-        start = time.perf_counter()
+        start = _now()
         out = self.system.start(regularisation, mean, None if refactor else self.factor)
         self._spent("factor", start)
         self.factor = self.system.factor
@@ -252,7 +260,7 @@ class Tile:
 
     def cg_update(self, alpha):
         """See :meth:`.tile_system.TileSystem.update`; with the rows of ``z`` for the halos."""
-        start = time.perf_counter()
+        start = _now()
         out = self.system.update(alpha) + (self.send("z"),)
         self._spent("cg", start)
         return out
@@ -260,7 +268,7 @@ class Tile:
     def cg_direction(self, beta, coarse, pieces):
         """See :meth:`.tile_system.TileSystem.direction_times_matrix` (``pieces``: ``{tile:
         rows of its z}``)."""
-        start = time.perf_counter()
+        start = _now()
         halo_z = np.concatenate([pieces[t] for t in self.sources]) if self.sources else np.zeros(0)
         out = self.system.direction_times_matrix(beta, coarse, halo_z)
         self._spent("cg", start)
