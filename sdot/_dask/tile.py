@@ -21,30 +21,8 @@ import numpy as np
 from .._core import geometry, newton
 from .._core._compat.host_only.threads import host_settings
 from .._core.options import DEFAULT
-from . import tiling
+from . import setup, tiling
 from .tile_system import TileSystem
-
-
-#: glibc's largest dynamic mmap threshold on 64-bit hosts (``DEFAULT_MMAP_THRESHOLD_MAX``).
-MMAP_THRESHOLD = 32 << 20
-
-
-def heap_for_temporaries():
-    """Let this process's NumPy temporaries up to :data:`MMAP_THRESHOLD` bytes reuse the heap.
-
-    A dask nanny starts its worker with ``MALLOC_TRIM_THRESHOLD_=65536``, and setting it
-    turns off glibc's dynamic mmap threshold: every array above 128 KiB is then mapped and
-    unmapped afresh, and its pages faulted in each time (2e5 Diracs: the tiles' trials took
-    3.3 times the CPU of the same tiles in one process). ``mallopt`` restores the thresholds
-    that glibc would reach by itself (mmap 32 MiB, trim twice that). No-op off glibc."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, MMAP_THRESHOLD)        # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 2 * MMAP_THRESHOLD)    # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):
-        pass
 
 
 def _now():
@@ -67,7 +45,7 @@ class Tile:
     """
 
     def __init__(self, index, lo, hi, centre, scale, density, total, aggregate_size, threads, *pieces):
-        heap_for_temporaries()
+        setup.heap_for_temporaries()
         positions = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros((0, 2))
         self.index, self.lo, self.hi, self.density, self.total = index, lo, hi, density, total
         self.threads = threads
