@@ -1,6 +1,7 @@
 """Semi-discrete transport distributed over a dask.distributed cluster (2D, first version).
 
-``sdot.distance(sdot.SumOfDiracs(X), grid)`` with ``X`` a ``dask.array`` ``(n, 2)`` (or
+``sdot.distance(sdot.SumOfDiracs(X), grid)`` (or ``SumOfWeightedDiracs(X, w)``) with ``X``
+a ``dask.array`` ``(n, 2)`` (or
 ``sdot.dask.solve(X, grid)``, which reports more) solves the problem on the workers of the
 current ``distributed`` client: the plane is cut into tiles of equal Dirac counts, each a dask actor
 holding its Diracs, a halo of neighbours, their weights and cells; the client drives the
@@ -38,8 +39,9 @@ def _client(client):
 
 
 def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker=2, halo=8.0,
-          aggregate_size=32, verbose=False, raise_on_failure=True):
-    """Solve the transport from equal Diracs at ``positions`` to ``grid`` on a dask cluster.
+          aggregate_size=32, verbose=False, raise_on_failure=True, masses=None, callback=None):
+    """Solve the transport from Diracs at ``positions`` (equal masses, or ``masses``) to
+    ``grid`` on a dask cluster.
 
     Parameters
     ----------
@@ -65,17 +67,29 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
         Print one line per Newton step.
     raise_on_failure : bool
         Raise ``RuntimeError`` if the solve does not reach ``tol``.
+    masses : dask.array.Array or array_like, shape (n,), optional
+        The Diracs' masses, >= 0 (normalised here to sum 1; zero masses get no cell); a
+        NumPy array is chunked like ``positions``. Default: equal masses ``1/n``.
+    callback : callable, optional
+        Called on the client after each Newton step as ``callback(step, residual, damping)``
+        (``damping`` 0 for a rejected step).
+
+    A worker lost during the solve costs the step it interrupted: the client keeps the
+    weights of the last accepted step, rebuilds the tiles on the live workers (restarted
+    ones included) and redoes the step (a ``RuntimeWarning`` says so; at most 3 times).
 
     Returns
     -------
     DaskSolution
         ``distance`` (W2^2, a float), ``residual``, ``converged``, ``iterations``,
-        ``cg_iterations`` (per Newton step), ``halo_growths``; ``gather()`` brings the cell
+        ``cg_iterations`` (per Newton step), ``halo_growths``, ``recoveries`` (rebuilds after a
+        lost worker); ``gather()`` brings the cell
         masses, the potential and the barycentres to the client.
     """
     from ._api import default_tolerance
 
     positions = setup.checked(positions)
+    masses, total = setup.checked_masses(masses, positions)
     grid = grid.with_dim(2)
     if grid.degree != 0:
         raise NotImplementedError("the dask solve takes grids of one value per cell (degree 0) for now")
@@ -83,11 +97,14 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
     lo, hi = (np.asarray(a, dtype=np.float64) for a in grid.domain)
     density = grid_density(values, lo, hi)
     centre, scale = 0.5 * (lo + hi), np.max(hi - lo)        # the core's normalisation (plan.normalised)
-    log = (lambda it, err, t: print(f"sdot.dask newton step {it:3d}  residual {err:.3e}  damping {t:.4g}")) \
-        if verbose else None
+    def log(it, err, t):
+        if verbose:
+            print(f"sdot.dask newton step {it:3d}  residual {err:.3e}  damping {t:.4g}")
+        if callback is not None:
+            callback(it, err, t)
     tol = default_tolerance("FP64") if tol is None else tol
-    out = _solve(_client(client), positions, density.normalised(centre, scale), centre, scale, tol, max_iter,
-                 tiles_per_worker, halo, aggregate_size, DEFAULT, log)
+    out = _solve(_client(client), positions, masses, total, density.normalised(centre, scale), centre, scale, tol,
+                 max_iter, tiles_per_worker, halo, aggregate_size, DEFAULT, log)
     if raise_on_failure and not out.converged:
         raise RuntimeError(f"sdot.dask: no convergence: residual {out.residual:.3e} > tol {tol:.1e} after "
                            f"{out.iterations} Newton steps")
@@ -95,7 +112,7 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
 
 
 def distance(positions, grid, client=None, **options):
-    """W2^2 between equal Diracs at ``positions`` (a dask array ``(n, 2)``) and ``grid``,
+    """W2^2 between Diracs at ``positions`` (a dask array ``(n, 2)``) and ``grid``,
     solved on the dask cluster (see :func:`solve` for ``client`` and ``options``): a float."""
     return solve(positions, grid, client, **options).distance
 
@@ -116,15 +133,17 @@ class _DaskPlan:
 def public_plan(name, source, target, tol, max_iter, verbose, raise_on_failure):
     """``sdot.<name>(source, target)`` with the positions of ``source`` a dask array: solved on
     the current dask.distributed client (see :func:`solve`)."""
-    from ._measures import SumOfDiracs
+    from ._measures import SumOfDiracs, SumOfWeightedDiracs
 
     if name not in _PUBLIC:
         raise NotImplementedError(f"sdot.{name} with dask arrays is not distributed yet; "
                                   f"sdot.distance and sdot.barycenters are")
-    if type(source) is not SumOfDiracs or source.batched or source._mass != 1.0:
-        raise NotImplementedError("the dask solve takes SumOfDiracs(X) of mass 1 (equal masses) for now")
+    if type(source) not in (SumOfDiracs, SumOfWeightedDiracs) or source.batched or source._mass != 1.0:
+        raise NotImplementedError("the dask solve takes SumOfDiracs(X) or SumOfWeightedDiracs(X, w) of mass 1 "
+                                  "(the default) for now")
     if not isinstance(target, PolynomialGrid):
         raise NotImplementedError("the dask solve takes one grid, not a batch")
     positions = setup.checked(source.positions)
-    sol = solve(positions, target, tol=tol, max_iter=max_iter, verbose=verbose, raise_on_failure=raise_on_failure)
+    sol = solve(positions, target, tol=tol, max_iter=max_iter, verbose=verbose, raise_on_failure=raise_on_failure,
+                masses=source._weights)
     return _DaskPlan(sol, positions.chunks, name)

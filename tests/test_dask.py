@@ -5,6 +5,9 @@ first halo too narrow for the certificate; the k-d tiles' balance and the halo t
 errors on bad inputs. Small problems (N <= 2000): each solve costs seconds of actor calls."""
 from __future__ import annotations
 
+import os
+import signal
+
 import numpy as np
 import pytest
 
@@ -105,6 +108,51 @@ def test_public_functions_take_dask_arrays(client):
         sdot.optimal_transport_plan(source, grid)
 
 
+def test_lost_worker_costs_one_step(client):
+    """A worker process killed after Newton step 1 (its nanny restarts it): the tiles are
+    rebuilt from the checkpointed weights and the solve ends at the single-process answer."""
+    X = np.random.default_rng(8).random((2000, 2))
+    grid = _gaussian_grid()
+    pid = next(iter(client.run(os.getpid).values()))
+    steps = []
+
+    def kill_after_first_step(step, residual, damping):
+        steps.append(step)
+        if step == 1:
+            os.kill(pid, signal.SIGKILL)
+    with pytest.warns(RuntimeWarning, match="worker was lost"):
+        sol = sdot.dask.solve(da.from_array(X, chunks=(500, 2)), grid, client=client, tol=TOL,
+                              callback=kill_after_first_step)
+    client.wait_for_workers(2, timeout=30)
+    assert pid not in client.run(os.getpid).values()
+    assert sol.recoveries == 1 and sol.converged
+    assert steps == list(range(sol.iterations + 1))         # no step lost: step 2 was redone
+    w2, masses = _single(X, grid)
+    assert abs(sol.distance - w2) <= 1e-10 * w2
+    assert np.max(np.abs(sol.gather()[0] - masses)) <= 2 * TOL
+
+
+def test_weighted_diracs(client):
+    """SumOfWeightedDiracs(X, w), w a dask array (some zero masses) or NumPy: the masses
+    per Dirac and W2^2 of the single-process solve."""
+    rng = np.random.default_rng(9)
+    X = rng.random((800, 2))
+    w = rng.uniform(0.5, 2.0, 800)
+    w[::67] = 0.0
+    grid = _gaussian_grid()
+    plan = sdot.optimal_transport_plan(sdot.SumOfWeightedDiracs(X, w), grid, tol=TOL)
+    Xd = da.from_array(X, chunks=(300, 2))
+    sol = sdot.dask.solve(Xd, grid, client=client, tol=TOL, masses=da.from_array(w, chunks=200))
+    assert abs(sol.distance - float(plan.distance)) <= 1e-10 * float(plan.distance)
+    masses = sol.gather()[0]
+    assert np.max(np.abs(masses - w / w.sum())) <= TOL
+    assert np.all(masses[::67] == 0.0)
+    w2 = sdot.distance(sdot.SumOfWeightedDiracs(Xd, w), grid, tol=TOL)
+    assert abs(float(w2.compute()) - float(plan.distance)) <= 1e-10 * float(plan.distance)
+    with pytest.raises(ValueError, match="masses"):
+        sdot.dask.solve(Xd, grid, client=client, masses=-w)
+
+
 def test_kd_tiles_balance_and_partition():
     rng = np.random.default_rng(5)
     points = np.concatenate([1e-3 * rng.standard_normal((3000, 2)), 5.0 + rng.random((1000, 2))])
@@ -138,6 +186,11 @@ def test_halo_certificate_against_brute_force():
     truly = np.all(power_own <= power_out, axis=1)
     assert np.all(truly[ok])                    # no false certificate
     assert ok.sum() > 0 and (~ok).sum() > 0     # both outcomes occur
+    # the per-cell pre-test loses nothing: the same answer as the test of every vertex
+    gap = np.maximum(np.maximum(lo - points, points - hi), 0.0)
+    every_vertex = tiling._vertices_certified(np.sqrt(np.sum(gap * gap, axis=2)), power_own, np.ones((own.size, 6), bool),
+                                              psi[own], [(width, psi.max())], seeds.dtype)
+    assert np.array_equal(ok, every_vertex)
     # the local test by boxes of the outside Diracs (their bounding boxes and largest weights)
     box_lo, box_hi, top = tiling.box_maxima(seeds[outside], psi[outside], 0.05)
     by_boxes = tiling.boxes_certified(seeds[own], psi[own], vertices, count, box_lo, box_hi, top, np.arange(own.size))

@@ -5,8 +5,9 @@ the Newton direction from ``DG d = m - G`` in the gauge ``mean(d) = 0``, the for
 the linear solve, the first trial ``min(first, hiding_margin * hiding step)``, the damping
 test: a certified diagram, every cell keeps ``eps0`` and ``|G - m|`` decreases by ``1 - t/2``,
 the backtracking and the stall rule), with the values of :data:`sdot._core.options.DEFAULT`.
-The client holds scalars only; weights, cells and the Newton matrix's rows live on the
-tiles (:mod:`.tile`), the linear solve is :mod:`.cg`. A tile whose halo does not certify its
+The client holds scalars and a checkpoint of the weights of the last accepted step (a
+worker lost mid-step costs that step: :class:`.setup.TileSet`); weights, cells and the
+Newton matrix's rows live on the tiles (:mod:`.tile`), the linear solve is :mod:`.cg`. A tile whose halo does not certify its
 cells gets a halo twice as wide (:func:`.setup.with_halos`) and is evaluated again.
 
 One difference: the start is always the Voronoi diagram (psi = 0), which the damped Newton
@@ -21,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 
 import numpy as np
 
@@ -34,7 +36,8 @@ class DaskSolution:
     """A distributed solve: W2^2 ``distance``, the max cell-mass error ``residual``,
     ``converged``, the Newton ``iterations``, the conjugate-gradient iterations of each step
     ``cg_iterations``, the halo growths ``halo_growths``, ``tiles`` (the actors, which hold
-    the weights and cells), the wall ``seconds`` and ``timings``, the seconds by phase."""
+    the weights and cells), the wall ``seconds`` and ``timings``, the seconds by phase, and
+    ``recoveries``: the rebuilds after a lost worker."""
 
     distance: float
     residual: float
@@ -47,6 +50,7 @@ class DaskSolution:
     centre: object
     seconds: float
     timings: dict
+    recoveries: int = 0
 
     def gather(self):
         """``(cell_masses, brenier_potential, barycenters)`` in the order of the positions
@@ -78,11 +82,14 @@ class _Clock:
 class _Halos:
     """The halo width of each tile and the growth of those whose cells are not certified."""
 
-    def __init__(self, tiles, box_lo, box_hi, width):
-        self.tiles, self.box_lo, self.box_hi, self.first = tiles, box_lo, box_hi, width
-        self.level = [0] * len(tiles)
-        self.growths = 0
-        setup.with_halos(tiles, box_lo, box_hi, range(len(tiles)), self.level, width)
+    def __init__(self, count, width):
+        self.first, self.level, self.growths = width, [0] * count, 0
+
+    def reset(self, tileset):
+        """The halos of the tiles of ``tileset`` (new, or rebuilt) at their current levels."""
+        self.set = tileset
+        setup.with_halos(tileset.tiles, tileset.box_lo, tileset.box_hi, range(len(self.level)), self.level,
+                         self.first)
 
     def certified(self, summaries, evaluate, rejected=lambda summaries: False):
         """``summaries`` with every tile's halo certified: tiles that fail grow (twice as wide)
@@ -97,7 +104,8 @@ class _Halos:
             for k in failed:
                 self.level[k] += 1
                 self.growths += 1
-            setup.with_halos(self.tiles, self.box_lo, self.box_hi, failed, [self.level[k] for k in failed], self.first)
+            setup.with_halos(self.set.tiles, self.set.box_lo, self.set.box_hi, failed,
+                             [self.level[k] for k in failed], self.first)
             for k, s in zip(failed, evaluate(failed)):
                 summaries[k] = s
 
@@ -110,74 +118,127 @@ def _totals(summaries):
             all(s["certified"] for s in summaries))
 
 
-def solve(client, positions, density, centre, scale, tol, max_iter, tiles_per_worker=2, halo=8.0,
-          aggregate_size=32, options=DEFAULT, log=None):
-    """Solve on the workers of ``client``: see :func:`sdot.dask.solve`. Returns a :class:`DaskSolution`."""
-    start = time.perf_counter()
-    clock = _Clock()
-    n = positions.shape[0]
-    width = halo * math.sqrt(np.prod(density.hi - density.lo) / n)        # in mean spacings
-    tiles, box_lo, box_hi, n_aggregates, sizes = setup.tiles_on_workers(
-        client, positions, density, centre, scale, tiles_per_worker, aggregate_size, width)
-    clock("tiles")
-    halos = _Halos(tiles, box_lo, box_hi, width)
-    clock("halos")
-    summaries = halos.certified(_evaluated(tiles, halos.level, range(len(tiles))),
-                                lambda ks: _evaluated(tiles, halos.level, ks))
-    err, norm, min_mass, worst, certified = _totals(summaries)
-    clock("diagrams")
-    if not worst > 0:
-        raise NotImplementedError(
-            "the dask solve starts at the Voronoi diagram, where a Dirac's cell holds no mass: the "
-            "continuation of hard densities (zero regions, Diracs outside the support) is not distributed yet")
-    targets = gathered([t.target_range() for t in tiles])
-    low, high = min(r[0] for r in targets), max(r[1] for r in targets)
-    floor = 0.5 * min(low, min_mass)
-    spread = low / high
-    first, it, stalls, cg_iterations = 1.0, 0, 0, []
-    if log:
-        log(0, err, 0.0)
-    while err > tol and it < max_iter and stalls < options.stalls:
+class _Newton:
+    """The client's state of the damped Newton method: the accepted diagram's ``summaries``,
+    ``err`` and ``norm`` (max and 2-norm of the mass errors), the next first trial, the
+    stalls, the steps and their conjugate-gradient iterations. A step changes it only once
+    every tile has accepted its trial (and the weights are checkpointed): a step that a lost
+    worker interrupts leaves it as it was, to be redone."""
+
+    def __init__(self, halos, tol, max_iter, options, log, clock):
+        self.halos, self.tol, self.max_iter, self.options, self.log, self.clock = \
+            halos, tol, max_iter, options, log, clock
+        self.first, self.it, self.stalls, self.cg_iterations, self.floor = 1.0, 0, 0, [], None
+
+    @property
+    def done(self):
+        return not (self.err > self.tol and self.it < self.max_iter and self.stalls < self.options.stalls)
+
+    def start(self, tiles):
+        """The diagrams at the tiles' weights (the start, or the checkpoint of a rebuild)."""
+        self.tiles, levels = tiles, self.halos.level
+        summaries = self.halos.certified(_evaluated(tiles, levels, range(len(tiles))),
+                                         lambda ks: _evaluated(tiles, levels, ks))
+        err, norm, min_mass, worst, _ = _totals(summaries)
+        self.clock("diagrams")
+        if self.floor is None:
+            if not worst > 0:
+                raise NotImplementedError(
+                    "the dask solve starts at the Voronoi diagram, where a Dirac's cell holds no mass: the "
+                    "continuation of hard densities (zero regions, Diracs outside the support) is not distributed yet")
+            targets = gathered([t.target_range() for t in tiles])
+            low, high = min(r[0] for r in targets), max(r[1] for r in targets)
+            self.floor, self.spread = 0.5 * min(low, min_mass), low / high
+            if self.log:
+                self.log(0, err, 0.0)
+        self.summaries, self.err, self.norm = summaries, err, norm
+
+    def step(self, tileset):
+        """One damped Newton step over the tiles; the accepted weights go to ``tileset.checkpoint``."""
+        tiles, options, norm, clock = self.tiles, self.options, self.norm, self.clock
         diag_sum, count, rhs_sum = (sum(v) for v in zip(*gathered([t.newton_system() for t in tiles])))
         count = max(count, 1)
-        rtol = max(0.1 * tol / (norm if norm > 0 else 1.0), options.forcing * spread)
+        rtol = max(0.1 * self.tol / (norm if norm > 0 else 1.0), options.forcing * self.spread)
         clock("newton matrix")
         # new block factors every step: kept ones (the core's rent-or-buy) cost as much in
         # iterations as they save (2e5 Diracs, 2 workers: 17 iterations a step instead of 14,
         # factorisations 17 s instead of 22 s, conjugate gradient 13 s instead of 9.5 s)
-        cg_iterations.append(cg.solve(tiles, options.regularisation * diag_sum / count, rhs_sum / count, rtol))
+        cg_iterations = cg.solve(tiles, options.regularisation * diag_sum / count, rhs_sum / count, rtol)
         clock("linear solve")
         total, count = (sum(v) for v in zip(*gathered([t.direction_sum() for t in tiles])))
         halo_d = cg.routed(gathered([t.set_direction(total / max(count, 1)) for t in tiles]))
         gathered([t.receive("d", halo_d.get(k, {})) for k, t in enumerate(tiles)])
         hidden_at = min(gathered([t.hiding_step() for t in tiles]))
-        t = min(first, options.hiding_margin * hidden_at)
+        t = min(self.first, options.hiding_margin * hidden_at)
         clock("direction")
-        ok = False
+        levels = self.halos.level
         while True:
-            trial = halos.certified(_evaluated(tiles, halos.level, range(len(tiles)), t),
-                                    lambda ks: _evaluated(tiles, halos.level, ks, t, again=True),
-                                    lambda some: not _accepted(some, floor, t, norm))
-            ok = _accepted(trial, floor, t, norm)
-            err_t, norm_t = _totals(trial)[:2]
+            trial = self.halos.certified(_evaluated(tiles, levels, range(len(tiles)), t),
+                                         lambda ks: _evaluated(tiles, levels, ks, t, again=True),
+                                         lambda some: not _accepted(some, self.floor, t, norm))
+            ok = _accepted(trial, self.floor, t, norm)
             if ok or options.backtrack * t <= 2.0 ** -30:
                 break
             t *= options.backtrack
-        it += 1
-        clock("diagrams")
         if ok:
-            gathered([tile.accept() for tile in tiles])
-            summaries, err, norm = trial, err_t, norm_t
-            first_next = min((options.damped_growth if t < first else options.growth) * t, 1.0)
-            stalls = 0 if t >= options.stall_step else stalls + 1
-            first = first_next
+            tileset.checkpoint = gathered([tile.accept() for tile in tiles])
+            self.summaries = trial
+            self.err, self.norm = _totals(trial)[:2]
+            first_next = min((options.damped_growth if t < self.first else options.growth) * t, 1.0)
+            self.stalls = 0 if t >= options.stall_step else self.stalls + 1
+            self.first = first_next
         else:
-            stalls += 1
-        if log:
-            log(it, err, t if ok else 0.0)
-    distance = sum(s["distance"] for s in summaries) * scale * scale
-    return DaskSolution(distance, err, bool(err <= tol), it, cg_iterations, halos.growths, tiles, scale, centre,
-                        time.perf_counter() - start, clock.seconds)
+            self.stalls += 1
+        self.it += 1
+        self.cg_iterations.append(cg_iterations)
+        clock("diagrams")
+        if self.log:
+            self.log(self.it, self.err, t if ok else 0.0)
+
+
+def solve(client, positions, masses, total, density, centre, scale, tol, max_iter, tiles_per_worker=2, halo=8.0,
+          aggregate_size=32, options=DEFAULT, log=None, max_recoveries=3):
+    """Solve on the workers of ``client``: see :func:`sdot.dask.solve`. Returns a :class:`DaskSolution`.
+
+    A worker lost during the solve (:func:`.setup.lost_worker`, at most ``max_recoveries``
+    times) costs the tiles' rebuild from the last checkpointed weights and the step it
+    interrupted (a warning says so)."""
+    start = time.perf_counter()
+    clock = _Clock()
+    n = positions.shape[0]
+    width = halo * math.sqrt(np.prod(density.hi - density.lo) / n)        # in mean spacings
+    tileset, halos, newton, recoveries, stale = None, None, None, 0, True
+    while True:
+        try:
+            if tileset is None:
+                tileset = setup.TileSet(client, positions, masses, total, density, centre, scale, tiles_per_worker,
+                                        aggregate_size, width)
+                halos = _Halos(len(tileset.tiles), width)
+                newton = _Newton(halos, tol, max_iter, options, log, clock)
+                clock("tiles")
+            elif stale:
+                tileset.rebuild()
+                clock("recovery")
+            if stale:
+                halos.reset(tileset)
+                clock("halos")
+                newton.start(tileset.tiles)
+                stale = False
+            if newton.done:
+                break
+            newton.step(tileset)
+        except Exception as exc:                # a lost worker is recovered, the rest raised
+            if not setup.lost_worker(exc) or recoveries >= max_recoveries:
+                raise
+            recoveries, stale = recoveries + 1, True
+            warnings.warn(f"sdot.dask: a worker was lost ({type(exc).__name__}: {exc}); the tiles are rebuilt "
+                          f"from the weights of Newton step {newton.it if newton else 0}", RuntimeWarning,
+                          stacklevel=3)
+            clock("recovery")
+    distance = sum(s["distance"] for s in newton.summaries) * scale * scale
+    return DaskSolution(distance, newton.err, bool(newton.err <= tol), newton.it, newton.cg_iterations,
+                        halos.growths, tileset.tiles, scale, centre, time.perf_counter() - start, clock.seconds,
+                        recoveries)
 
 
 def _accepted(summaries, floor, t, norm):

@@ -21,8 +21,13 @@ import numpy as np
 from .._core import geometry, newton
 from .._core._compat.host_only.threads import host_settings
 from .._core.options import DEFAULT
-from . import tiling
+from . import setup, tiling
 from .tile_system import TileSystem
+
+
+def _now():
+    """``(wall, this thread's CPU)`` seconds."""
+    return time.perf_counter(), time.thread_time()
 
 
 #: Bands beyond a tile's halo whose Diracs its halo test sees by squares (the others by bands).
@@ -40,6 +45,7 @@ class Tile:
     """
 
     def __init__(self, index, lo, hi, centre, scale, density, total, aggregate_size, threads, *pieces):
+        setup.heap_for_temporaries()
         positions = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros((0, 2))
         self.index, self.lo, self.hi, self.density, self.total = index, lo, hi, density, total
         self.threads = threads
@@ -63,11 +69,14 @@ class Tile:
     # -- the halo -------------------------------------------------------------------
 
     def _spent(self, name, start):
-        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+        """Add the wall and thread CPU seconds since ``start`` (:func:`_now`) to ``name``."""
+        wall, cpu = _now()
+        self.seconds[name] = self.seconds.get(name, 0.0) + wall - start[0]
+        self.seconds[name + " cpu"] = self.seconds.get(name + " cpu", 0.0) + cpu - start[1]
 
     def timings(self):
         """Seconds spent by this tile in its diagrams, trials, factorisations and the
-        conjugate gradient's local work."""
+        conjugate gradient's local work: wall (``name``) and the thread's CPU (``name cpu``)."""
         return dict(self.seconds)
 
     def sizes(self):
@@ -141,7 +150,7 @@ class Tile:
         previous = self.ev.cells if trial and self.ev is not None else None
         capacity = None if self.ev is None else self.ev.cells.labels.shape[1]
         prob = newton.Problem(self.local_seeds, None, self.density)
-        start = time.perf_counter()
+        start = _now()
         with host_settings(threads=self.threads):
             ev = newton.evaluate(np, prob, psi, self.local_active, capacity=capacity, previous=previous,
                                  trial=np.asarray(True) if trial else None, diagram=DEFAULT.diagram)
@@ -175,11 +184,17 @@ class Tile:
         return out, boxes
 
     def accept(self):
-        """Take the last trial: the weights move to ``psi + t d``."""
+        """Take the last trial: the weights move to ``psi + t d``; returns the owned weights
+        (the client's checkpoint)."""
         t, self.ev = self.trial
         self.psi = self.psi + t * self.d
         self.halo_psi = self.halo_psi + t * self.halo_d
         self.trial = None
+        return self.psi
+
+    def set_weights(self, psi):
+        """The owned weights ``psi`` (a checkpoint, on a rebuilt tile before its halo is set)."""
+        self.psi = np.asarray(psi, dtype=np.float64)
 
     def _summary(self, ev, psi, tops, boxes):
         n = self.seeds.shape[0]
@@ -238,7 +253,7 @@ class Tile:
     def start_solve(self, regularisation, mean, refactor=True):
         """See :meth:`.tile_system.TileSystem.start` (the last factors kept unless ``refactor``);
         with the rows of ``z`` for the halos."""
-        start = time.perf_counter()
+        start = _now()
         out = self.system.start(regularisation, mean, None if refactor else self.factor)
         self._spent("factor", start)
         self.factor = self.system.factor
@@ -246,7 +261,7 @@ class Tile:
 
     def cg_update(self, alpha):
         """See :meth:`.tile_system.TileSystem.update`; with the rows of ``z`` for the halos."""
-        start = time.perf_counter()
+        start = _now()
         out = self.system.update(alpha) + (self.send("z"),)
         self._spent("cg", start)
         return out
@@ -254,7 +269,7 @@ class Tile:
     def cg_direction(self, beta, coarse, pieces):
         """See :meth:`.tile_system.TileSystem.direction_times_matrix` (``pieces``: ``{tile:
         rows of its z}``)."""
-        start = time.perf_counter()
+        start = _now()
         halo_z = np.concatenate([pieces[t] for t in self.sources]) if self.sources else np.zeros(0)
         out = self.system.direction_times_matrix(beta, coarse, halo_z)
         self._spent("cg", start)

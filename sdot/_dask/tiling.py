@@ -149,18 +149,37 @@ def halo_certified(seeds, psi, vertices, count, active, lo, hi, distances, tops)
     """
     cap = vertices.shape[1]
     used = np.arange(cap)[None, :] < count[:, None]
-    points = seeds[:, None, :] + vertices
-    gap = np.maximum(np.maximum(lo - points, points - hi), 0.0)
-    outside = np.sqrt(np.sum(gap * gap, axis=2))
-    own = np.sum(vertices * vertices, axis=2) - psi[:, None]
+    squares = vertices[:, :, 0] ** 2 + vertices[:, :, 1] ** 2
+    bands = [(reach_s, top) for reach_s, top in zip(distances, tops) if top != -np.inf]
+    # per cell first: its vertices are within sqrt(r2) of its Dirac, so at most ``far`` from
+    # the tile, with own powers at most ``r2 - psi``: a bound below every vertex's (and a
+    # larger margin), which most cells pass; the others are tested vertex by vertex
+    r2 = np.max(np.where(used, squares, -np.inf), axis=1)
+    far = distance_to_box(seeds, lo, hi) + np.sqrt(np.maximum(r2, 0.0))
+    bound = np.full(seeds.shape[0], np.inf)
+    scale = np.zeros(seeds.shape[0])
+    for reach_s, top in bands:                             # a loop over the bands
+        reach = np.maximum(reach_s - far, 0.0)
+        bound = np.minimum(bound, reach * reach - top)
+        scale = np.maximum(scale, reach_s * reach_s + abs(top))
+    ok = r2 - psi <= bound - 64.0 * np.finfo(seeds.dtype).eps * (scale + np.abs(psi) + 1.0)
+    rows = np.flatnonzero(~ok & active)
+    if rows.size:
+        points = seeds[rows][:, None, :] + vertices[rows]
+        gap = np.maximum(np.maximum(lo - points, points - hi), 0.0)
+        ok[rows] = _vertices_certified(np.sqrt(np.sum(gap * gap, axis=2)), squares[rows] - psi[rows][:, None],
+                                       used[rows], psi[rows], bands, seeds.dtype)
+    return ~active | ok
+
+
+def _vertices_certified(outside, own, used, psi, bands, dtype):
+    """:func:`halo_certified` vertex by vertex: ``outside`` and ``own`` ``(m, cap)`` the
+    vertices' distances to the tile and own powers, ``bands`` the ``(distance, top)`` pairs."""
     bound = np.full(own.shape, np.inf)
     scale = np.zeros(own.shape)
-    for reach_s, top in zip(distances, tops):              # a loop over the bands
-        if top == -np.inf:
-            continue
+    for reach_s, top in bands:                             # a loop over the bands
         reach = np.maximum(reach_s - outside, 0.0)
         bound = np.minimum(bound, reach * reach - top)
         scale = np.maximum(scale, reach * reach + abs(top))
-    margin = 64.0 * np.finfo(seeds.dtype).eps * (scale + np.abs(psi)[:, None] + 1.0)
-    ok = ~used | (own <= bound - margin)
-    return ~active | np.all(ok, axis=1)
+    margin = 64.0 * np.finfo(dtype).eps * (scale + np.abs(psi)[:, None] + 1.0)
+    return np.all(~used | (own <= bound - margin), axis=1)
