@@ -21,7 +21,7 @@ from ._dask.solve import DaskSolution, solve as _solve
 __all__ = ["distance", "solve", "DaskSolution"]
 
 #: The public functions that take dask arrays (``sdot.distance(sdot.SumOfDiracs(X), grid)``...).
-_PUBLIC = ("distance", "barycenters")
+_PUBLIC = ("distance", "barycenters", "distances")
 
 
 def _client(client):
@@ -129,6 +129,32 @@ class _DaskPlan:
         if name == "barycenters":       # through the client for now (see docs/dask.md)
             self.barycenters = da.from_array(solution.gather()[2], chunks=chunks)
 
+    @classmethod
+    def of_distances(cls, distances):
+        """The plan of a batch: its ``distance`` the ``(b,)`` dask array ``distances``."""
+        plan = object.__new__(cls)
+        plan.distance, plan.barycenters = distances, None
+        return plan
+
+
+def _batch_distances(source, target, tol, max_iter, verbose, raise_on_failure):
+    """``sdot.distances`` of a batch of sources whose positions are a dask array ``(b, n, 2)``
+    against one grid: each item solved on the cluster in turn (its Diracs spread over the
+    workers), the ``(b,)`` distances as a dask array."""
+    import dask.array as da
+
+    from ._measures import BatchOfSumOfDiracs
+
+    if type(source) is not BatchOfSumOfDiracs or source._mass != 1.0 or not isinstance(target, PolynomialGrid):
+        raise NotImplementedError("sdot.distances with dask arrays takes BatchOfSumOfDiracs(X) (mass 1) against "
+                                  "one grid for now")
+    positions = source.positions
+    if positions.ndim != 3:
+        raise ValueError(f"a batch of positions must have shape (b, n, d), got {positions.shape}")
+    values = [solve(setup.checked(positions[i]), target, tol=tol, max_iter=max_iter, verbose=verbose,
+                    raise_on_failure=raise_on_failure).distance for i in range(positions.shape[0])]
+    return _DaskPlan.of_distances(da.from_array(np.asarray(values, dtype=np.float64), chunks=(1,)))
+
 
 def public_plan(name, source, target, tol, max_iter, verbose, raise_on_failure):
     """``sdot.<name>(source, target)`` with the positions of ``source`` a dask array: solved on
@@ -137,7 +163,9 @@ def public_plan(name, source, target, tol, max_iter, verbose, raise_on_failure):
 
     if name not in _PUBLIC:
         raise NotImplementedError(f"sdot.{name} with dask arrays is not distributed yet; "
-                                  f"sdot.distance and sdot.barycenters are")
+                                  f"sdot.distance, sdot.distances and sdot.barycenters are")
+    if name == "distances":
+        return _batch_distances(source, target, tol, max_iter, verbose, raise_on_failure)
     if type(source) not in (SumOfDiracs, SumOfWeightedDiracs) or source.batched or source._mass != 1.0:
         raise NotImplementedError("the dask solve takes SumOfDiracs(X) or SumOfWeightedDiracs(X, w) of mass 1 "
                                   "(the default) for now")

@@ -108,6 +108,18 @@ def test_public_functions_take_dask_arrays(client):
         sdot.optimal_transport_plan(source, grid)
 
 
+def test_distances_over_a_dask_batch_solve_each_item_on_the_cluster(client):
+    """sdot.distances of BatchOfSumOfDiracs(dask array (b, n, 2)): a (b,) dask array equal to
+    the single-process distances of the items."""
+    X = np.random.default_rng(8).random((2, 300, 2))
+    X[1] = 0.2 + 0.6 * X[1]                                          # another problem
+    grid = _gaussian_grid()
+    got = sdot.distances(sdot.BatchOfSumOfDiracs(da.from_array(X, chunks=(1, 100, 2))), grid, tol=TOL)
+    assert isinstance(got, da.Array) and got.shape == (2,)
+    want = [float(sdot.distance(sdot.SumOfDiracs(x), grid, tol=TOL)) for x in X]
+    np.testing.assert_allclose(got.compute(), want, rtol=1e-10)
+
+
 def test_lost_worker_costs_one_step(client):
     """A worker process killed after Newton step 1 (its nanny restarts it): the tiles are
     rebuilt from the checkpointed weights and the solve ends at the single-process answer."""
