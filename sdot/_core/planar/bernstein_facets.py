@@ -17,8 +17,8 @@ import array_api_compat as aac
 
 from .. import _compat
 from .bernstein import _horner, _PieceFrame, gauss_legendre, monomial_coefficients
-from .integrate import _Edges, _far_origins, _Grid, _visit_pieces
-from .sensitivity import _about_origins, _symmetric, facets_about_seeds
+from .integrate import _Edges, _Grid, _visit_pieces
+from .sensitivity import _symmetric, facet_moments_by
 
 
 def bernstein_facet_moments(xp, seeds, cells, coefficients, lo, hi):
@@ -52,13 +52,11 @@ def bernstein_facet_moments(xp, seeds, cells, coefficients, lo, hi):
     The contract of :func:`.sensitivity.facet_moments` (the same for ``p = 0``): slots
     ``k >= count`` are zero, edges on the box's sides are integrated like the others.
     """
-    origin = _far_origins(xp, cells.vertices, cells.count)
-    seeds, vertices = _about_origins(xp, seeds, cells, origin)
     mono = monomial_coefficients(xp, coefficients)
     n0, n1, n, _ = mono.shape
     by_coefficient = xp.reshape(xp.permute_dims(mono, (2, 3, 0, 1)), (n * n, n0, n1))
     kernel = lambda s, v, c: _facet_moments(xp, s, v, c, by_coefficient, lo, hi)    # noqa: E731
-    return facets_about_seeds(*_compat.blockwise(xp, kernel, seeds, vertices, cells.count), origin)
+    return facet_moments_by(xp, kernel, seeds, cells)
 
 
 @_compat.jit_on_jax()

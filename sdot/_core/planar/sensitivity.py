@@ -67,12 +67,18 @@ def facet_moments(xp, seeds, cells, values, lo, hi):
     like the others (not zero): the density along the box's side, as in the ``facet`` of
     :func:`.integrate.cell_integrals`.
     """
-    origin = _far_origins(xp, cells.vertices, cells.count)
-    seeds, vertices = _about_origins(xp, seeds, cells, origin)
     if tuple(values.shape) == (1, 1):
         kernel = lambda s, v, c: _uniform_facet_moments(xp, s, v, c, values, lo, hi)
     else:
         kernel = lambda s, v, c: _facet_moments(xp, s, v, c, values, lo, hi)
+    return facet_moments_by(xp, kernel, seeds, cells)
+
+
+def facet_moments_by(xp, kernel, seeds, cells):
+    """The facet moments ``kernel(seeds, vertices, count)`` of the cells in blocks of rows,
+    taken about the far cells' origins (exact far from the seeds) and moved to the seeds."""
+    origin = _far_origins(xp, cells.vertices, cells.count)
+    seeds, vertices = _about_origins(xp, seeds, cells, origin)
     return facets_about_seeds(*_compat.blockwise(xp, kernel, seeds, vertices, cells.count), origin)
 
 

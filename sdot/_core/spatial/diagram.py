@@ -75,24 +75,34 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
         if _compat.host_any(xp, tiles_the_box(xp, cells, lo, hi)):
             return cells._replace(certified=xp.asarray(True, device=dev))
     elif same and (local := _reclipped_locally(xp, seeds, psi, active, lo, hi, cells, valid, options)) is not None:
-        if stop_if_empty and _compat.host_any(xp, active & (local.count == 0)):
-            return local._replace(certified=xp.asarray(False, device=dev))
+        if stop_if_empty and _emptied(xp, local, active):
+            return _uncertified(xp, local)
         if _compat.host_any(xp, local.certified):
             return local
     if same and (repaired := regular_cells(xp, seeds, psi, active, lo, hi, capacity)) is not None:
-        if stop_if_empty and _compat.host_any(xp, active & (repaired.count == 0)):
-            return repaired._replace(certified=xp.asarray(False, device=dev))
+        if stop_if_empty and _emptied(xp, repaired, active):
+            return _uncertified(xp, repaired)
         return _grown_if_overflowing(xp, repaired, seeds, psi, active, lo, hi, None, capacity, None, stop_if_empty,
                                      options)
     if candidates is not None:
         cells = _clipped(xp, seeds, psi, active, lo, hi, capacity, candidates)
-        if stop_if_empty and _compat.host_any(xp, active & (cells.count == 0)):
-            return cells._replace(certified=xp.asarray(False, device=dev))
+        if stop_if_empty and _emptied(xp, cells, active):
+            return _uncertified(xp, cells)
         if _compat.host_any(xp, tiles_the_box(xp, cells, lo, hi)):
             return _grown_if_overflowing(xp, cells._replace(certified=xp.asarray(True, device=dev)), seeds, psi, active,
                                          lo, hi, candidates, capacity, previous, stop_if_empty, options)
     cells = first_cells(xp, seeds, psi, active, lo, hi, capacity)
     return _grown_if_overflowing(xp, cells, seeds, psi, active, lo, hi, None, capacity, None, stop_if_empty, options)
+
+
+def _emptied(xp, cells, active):
+    """Whether the cell of an active seed is empty (eagerly: a damping trial to reject)."""
+    return _compat.host_any(xp, active & (cells.count == 0))
+
+
+def _uncertified(xp, cells):
+    """``cells`` marked as not certified (a rejected trial's, returned as soon as found)."""
+    return cells._replace(certified=xp.asarray(False, device=aac.device(cells.count)))
 
 
 def _reclipped_locally(xp, seeds, psi, active, lo, hi, moved_cells, valid, options):
@@ -110,7 +120,7 @@ def _reclipped_locally(xp, seeds, psi, active, lo, hi, moved_cells, valid, optio
     n = seeds.shape[0]
     bad = active & ~valid
     n_bad = int(xp.sum(xp.astype(bad, xp.int64)))
-    if n_bad == 0 or n_bad > options.local_share_3d * n or _compat.host_any(xp, active & (moved_cells.count == 0)):
+    if n_bad == 0 or n_bad > options.local_share_3d * n or _emptied(xp, moved_cells, active):
         return None
     width = int(xp.max(moved_cells.count))
     facets = xp.where(moved_cells.labels[:, :width] >= 0, moved_cells.labels[:, :width], -1)
