@@ -398,3 +398,33 @@ def test_jax_vmap_of_grad_under_jit_equals_a_loop():
     batched = jax.jit(jax.vmap(jax.grad(f)))(xs)
     for b in range(2):
         np.testing.assert_allclose(np.asarray(batched[b]), np.asarray(jax.grad(f)(xs[b])), atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["numpy"])
+def test_local_reclips_on_a_shell_of_zero_density_voxels_change_nothing(name, monkeypatch):
+    """A shell density (0 inside and outside) and Diracs half in a tight cluster: the solve
+    with the local reclip of few invalid cells (which it uses) and the one that rebuilds
+    every cell from Qhull give the same plan to rounding."""
+    import dataclasses
+
+    from conftest import Backend, solve_with
+
+    from sdot._core import options
+    from sdot._core.spatial import diagram
+
+    b = Backend(name)
+    rng = np.random.default_rng(4)
+    c = (np.arange(12) + 0.5) / 12
+    r = np.sqrt(sum(a ** 2 for a in np.meshgrid(c - 0.5, c - 0.5, c - 0.5, indexing="ij")))
+    shell = (np.abs(r - 0.3) < 0.1).astype(float)
+    x = np.concatenate([0.5 + 0.02 * rng.standard_normal((150, 3)), rng.random((250, 3))])
+    source, target = sdot.SumOfDiracs(b.asarray(x)), sdot.Grid(b.asarray(shell))
+    local, calls = diagram._reclipped_locally, []
+    monkeypatch.setattr(diagram, "_reclipped_locally", lambda *a: calls.append(local(*a)) or calls[-1])
+    with_local = solve_with(options.DEFAULT, source, target, 1e-11)
+    assert any(cells is not None and bool(cells.certified) for cells in calls)
+    qhull_only = dataclasses.replace(options.DEFAULT, diagram=dataclasses.replace(options.DIAGRAM, local_share_3d=0.0))
+    rebuilt = solve_with(qhull_only, source, target, 1e-11)
+    assert bool(with_local.converged) and bool(rebuilt.converged)
+    assert float(with_local.distance) == pytest.approx(float(rebuilt.distance), rel=1e-12)
+    np.testing.assert_allclose(b.to_numpy(with_local.barycenters), b.to_numpy(rebuilt.barycenters), rtol=0, atol=1e-10)
