@@ -97,3 +97,36 @@ def test_one_pixel_equals_the_pixel_walk_on_a_constant_grid(backend, box, monkey
     assert one[0][:, 0].sum() == pytest.approx(0.7 * np.prod(hi - lo), rel=1e-13)
     for a, b in zip(one, walked):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-14 * np.prod(hi - lo) ** 2)
+
+
+@pytest.mark.parametrize("box", [((0.0, 0.0), (1.0, 1.0)), ((-1.0, 0.5), (2.0, 3.0))], ids=["unit", "shifted"])
+def test_cells_in_one_pixel_integrated_apart(backend, box, monkeypatch):
+    """2000 seeds on a 16x12 grid of random values (with zero pixels): eagerly, the cells
+    that lie in one pixel are integrated in closed form, apart from the pixel walk of the
+    others. Each such cell's moments are those of its polygon (exact rational arithmetic)
+    times its pixel's value; all moments and edge integrals equal the walk's of every cell,
+    and the masses sum to the density's total."""
+    rng = np.random.default_rng(7)
+    lo, hi = np.asarray(box[0]), np.asarray(box[1])
+    image = rng.random((16, 12)) * (rng.random((16, 12)) > 0.2)
+    seeds = lo + (hi - lo) * rng.random((2000, 2))
+    cells = planar.power_cells(npx, seeds, 1e-4 * np.prod(hi - lo) * rng.random(2000), np.ones(2000, bool), lo, hi)
+    apart = integrate._one_pixel_integrals
+    calls = []
+    monkeypatch.setattr(integrate, "_one_pixel_integrals", lambda *a: calls.append(a[1].shape[0]) or apart(*a))
+    fast = integrals(backend, seeds, cells, image, lo, hi)
+    if backend.name in ("jax-jit", "strict-static"):
+        assert not calls                # with static shapes every cell is walked
+    else:
+        assert sum(calls) > 500         # about a third of the cells lie in one pixel
+    monkeypatch.setattr(integrate, "ONE_PIXEL_FROM", 2.0)
+    walked = integrals(backend, seeds, cells, image, lo, hi)
+    area = np.prod(hi - lo)
+    assert fast[0][:, 0].sum() == pytest.approx(image.mean() * area, rel=1e-12)
+    for a, b in zip(fast, walked):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-14 * area ** 2)
+    pixel = integrate._pixel_of_cells(npx, seeds, cells.vertices, cells.count, lo, hi, image.shape)
+    for i in np.flatnonzero(pixel >= 0)[:5]:
+        c = image.reshape(-1)[pixel[i]]
+        want = exact_polygon_moments(cells.vertices[i, :cells.count[i]], c)
+        np.testing.assert_allclose(fast[0][i], want, rtol=1e-12, atol=1e-16 * area ** 2)

@@ -256,11 +256,79 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
         moments, facet = _compat.slotwise(xp, lambda c, s, v: _uniform_integrals(xp, s, v, c, density, lo, hi),
                                           cells.count, (seeds,), (vertices,), (None, 0.0))
     else:
-        tables = xp.reshape(prefix_tables(xp, density, lo, hi), (3, -1))
-        split, facet = _compat.blockwise(
-            xp, lambda s, v, c: _cell_integrals(xp, s, v, c, density, tables, lo, hi), seeds, vertices, cells.count)
-        moments = xp.concat([split[:, :3], split[:, 3:4] + split[:, 4:]], axis=1)
+        moments, facet = _pixel_integrals(xp, seeds, vertices, cells.count, density, lo, hi)
     return (moments if origin is None else about_seeds(xp, moments, origin)), facet
+
+
+def _pixel_integrals(xp, seeds, vertices, count, density, lo, hi):
+    """:func:`cell_integrals` against a grid of pixels: eagerly, the cells that lie in one
+    pixel in closed form (:func:`_one_pixel_integrals`), the others by the walk along their
+    edges (:func:`_cell_integrals`); traced, every cell by the walk.
+
+    Cells smaller than the pixels mostly lie in one (1e5 cells on 64x64 pixels: about
+    three in four), and the walk visits every edge as often as the most split one."""
+    tables = xp.reshape(prefix_tables(xp, density, lo, hi), (3, -1))
+
+    def walk(s, v, c):
+        split, facet = _compat.blockwise(xp, lambda s, v, c: _cell_integrals(xp, s, v, c, density, tables, lo, hi),
+                                         s, v, c)
+        return xp.concat([split[:, :3], split[:, 3:4] + split[:, 4:]], axis=1), facet
+
+    if _compat.static_shapes(seeds, vertices, count):
+        return walk(seeds, vertices, count)
+    pixel = _pixel_of_cells(xp, seeds, vertices, count, lo, hi, density.shape)
+    one = xp.nonzero(pixel >= 0)[0]
+    if one.shape[0] < ONE_PIXEL_FROM * seeds.shape[0]:
+        return walk(seeds, vertices, count)
+    rest = xp.nonzero(pixel < 0)[0]
+    values = xp.take(xp.reshape(density, (-1,)), xp.take(pixel, one))
+    m_one, f_one = _compat.blockwise(xp, lambda v, c, d: _one_pixel_integrals(xp, v, c, d),
+                                     xp.take(vertices, one, axis=0), xp.take(count, one), values)
+    n, cap = vertices.shape[:2]
+    dev = aac.device(vertices)
+    moments = _compat.put_rows(xp, xp.zeros((n, 4), dtype=vertices.dtype, device=dev), one, m_one)
+    facet = _compat.put_rows(xp, xp.zeros((n, cap), dtype=vertices.dtype, device=dev), one, f_one)
+    if rest.shape[0]:
+        m_rest, f_rest = walk(xp.take(seeds, rest, axis=0), xp.take(vertices, rest, axis=0), xp.take(count, rest))
+        moments, facet = _compat.put_rows(xp, moments, rest, m_rest), _compat.put_rows(xp, facet, rest, f_rest)
+    return moments, facet
+
+
+#: The share of cells in one pixel from which they are integrated apart (:func:`_pixel_integrals`).
+ONE_PIXEL_FROM = 0.2
+
+
+def _pixel_of_cells(xp, seeds, vertices, count, lo, hi, shape):
+    """The flat index ``i n_y + j`` of the pixel ``(i, j)`` that holds each cell (its
+    vertices in ``[i, i + 1) x [j, j + 1)`` in pixel units), -1 for a cell that crosses a
+    grid line, reaches outside the grid, or has no vertex."""
+    cap = vertices.shape[1]
+    valid = xp.arange(cap, dtype=xp.int64, device=aac.device(count))[None, :] < count[:, None]
+    at, inside = [], count > 0
+    for axis in range(2):
+        g = (seeds[:, axis:axis + 1] + vertices[..., axis] - lo[axis]) * (shape[axis] / (hi[axis] - lo[axis]))
+        low = xp.floor(_compat.row_min(xp, xp.where(valid, g, xp.inf)))
+        high = _compat.row_max(xp, xp.where(valid, g, -xp.inf))
+        inside = inside & (low >= 0) & (high < low + 1.0) & (low < shape[axis])
+        at.append(xp.astype(xp.where(inside, low, 0.0), xp.int64))
+    return xp.where(inside, at[0] * shape[1] + at[1], -1)
+
+
+def _one_pixel_integrals(xp, vertices, count, c):
+    """:func:`cell_integrals` of cells that lie in one pixel each, of values ``c`` (n,):
+    the closed form of :func:`_uniform_integrals` (vertices relative to the seeds)."""
+    cap = vertices.shape[1]
+    k = xp.arange(cap, dtype=xp.int64, device=aac.device(count))[None, :]
+    valid = k < count[:, None]
+    ax, ay = vertices[..., 0], vertices[..., 1]
+    nxt = (k + 1) % xp.maximum(count, 1)[:, None]
+    bx, by = gather(ax, nxt), gather(ay, nxt)
+    w = xp.where(valid, ax * by - ay * bx, 0.0)
+    total = lambda a: _compat.row_sum(xp, a)
+    moments = [total(w) / 2.0, total(w * (ax + bx)) / 6.0, total(w * (ay + by)) / 6.0,
+               total(w * (ax * (ax + bx) + bx * bx + ay * (ay + by) + by * by)) / 12.0]
+    dx, dy = bx - ax, by - ay
+    return c[:, None] * xp.stack(moments, axis=1), c[:, None] * xp.where(valid, xp.sqrt(dx * dx + dy * dy), 0.0)
 
 
 
