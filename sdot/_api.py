@@ -17,7 +17,7 @@ from ._core.density import grid_density
 from ._core.options import DEFAULT as NEWTON_OPTIONS
 from ._grid_batches import _BatchOfGrids
 from ._grids import PolynomialGrid
-from ._measures import _Diracs, align
+from ._measures import BatchOfSumOfDiracs, SumOfDiracs, SumOfWeightedDiracs, _Diracs, align
 from ._spline_grid import SplineGrid
 from ._diagram import PowerDiagram
 from ._pytrees import JaxPytree
@@ -368,6 +368,8 @@ def _plan(name, keep, source, target, orders=1, **options):
                                                 zip(_OPTIONS, (None, 300, False, True)))
     tol, max_iter = _check_options(tol, max_iter)
     _check_kinds(name, source, target)
+    if _driver.driver.framework == "dask" and aac.is_numpy_array(source.positions):
+        source = _distributed(source)                # rule 2: NumPy positions go to the driver's dask
     if aac.is_dask_array(source.positions):          # rule 1 for dask arrays: the distributed solve
         from . import dask as _dask
 
@@ -391,6 +393,24 @@ def _plan(name, keep, source, target, orders=1, **options):
         raise OtNotConverged(f"{name}: {len(bad)} of the {b} items of the batch did not converge "
                              f"(items {bad}); item {bad[0]}: {failures[0]}", out)
     return out
+
+
+def _distributed(source):
+    """``source`` with its NumPy positions (and weights) as dask arrays (``driver.framework
+    = "dask"``), in chunks of at most 1e6 Diracs and at least 8 chunks from 8e4 Diracs
+    (a batch: one item per chunk); other measures as they are."""
+    import dask.array as da
+
+    if type(source) not in (SumOfDiracs, SumOfWeightedDiracs, BatchOfSumOfDiracs):
+        return source
+    n, d = source.positions.shape[-2:]
+    rows = min(max(10_000, -(-n // 8)), 1_000_000, max(n, 1))
+    if type(source) is BatchOfSumOfDiracs:
+        return BatchOfSumOfDiracs(da.from_array(source.positions, chunks=(1, rows, d)), mass=source._mass)
+    positions = da.from_array(source.positions, chunks=(rows, d))
+    if type(source) is SumOfDiracs:
+        return SumOfDiracs(positions, mass=source._mass)
+    return SumOfWeightedDiracs(positions, da.from_array(source._weights, chunks=(rows,)), mass=source._mass)
 
 
 def _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orders):

@@ -23,7 +23,7 @@ from ._core._compat import host_view, is_traced, namespace as namespace_of
 __all__ = ["Driver", "driver", "to_array", "namespace", "compute_dtype",
            "device_of", "is_tracer", "convert_like"]
 
-FRAMEWORKS = ("numpy", "torch", "jax")
+FRAMEWORKS = ("numpy", "torch", "jax", "dask")
 DTYPES = ("FP32", "FP64")
 _DEVICE_RE = re.compile(r"cpu|cuda(:\d+)?|mps")
 
@@ -32,8 +32,12 @@ def _check_framework(value):
     name = str(value).lower()
     if name not in FRAMEWORKS:
         raise ValueError(f"sdot.driver.framework must be one of {FRAMEWORKS}, got {value!r}")
-    if name != "numpy" and importlib.util.find_spec(name) is None:
-        raise ValueError(f"sdot.driver.framework = {name!r}, but {name} is not installed")
+    needs = {"numpy": (), "dask": ("dask", "distributed")}.get(name, (name,))
+    missing = [m for m in needs if importlib.util.find_spec(m) is None]
+    if missing:
+        extra = " (pip install 'sdot-xp[dask]')" if name == "dask" else ""
+        raise ValueError(f"sdot.driver.framework = {name!r}, but {' and '.join(missing)} "
+                         f"{'is' if len(missing) == 1 else 'are'} not installed{extra}")
     return name
 
 
@@ -112,11 +116,14 @@ class Driver:
 
     Attributes
     ----------
-    framework : {"numpy", "torch", "jax"}
+    framework : {"numpy", "torch", "jax", "dask"}
         Framework that receives inputs without a framework of their own
         (NumPy arrays, lists, scalars). Initial value: ``$SDOT_FRAMEWORK``,
         else jax if already imported, else torch if already imported, else
-        the first installed of jax and torch, else numpy.
+        the first installed of jax and torch, else numpy. "dask": the
+        positions of the Diracs go to dask arrays and the functions that take
+        them (:mod:`sdot.dask`) solve on the current ``dask.distributed`` client;
+        the other inputs stay NumPy arrays.
     dtype : {"FP32", "FP64"}
         Precision of the computation (``$SDOT_DTYPE``, default "FP64").
     device : {None, "cpu", "cuda", "cuda:N", "mps"}
@@ -154,7 +161,7 @@ class Driver:
             except ValueError as err:
                 raise ValueError(f"environment variable {var}: {err}") from None
 
-    framework = _Setting(_check_framework, "'numpy', 'torch' or 'jax': where inputs "
+    framework = _Setting(_check_framework, "'numpy', 'torch', 'jax' or 'dask': where inputs "
                          "without a framework of their own go.")
     dtype = _Setting(_check_dtype, "'FP32' or 'FP64': the precision of the computation.")
     device = _Setting(_check_device, "None, 'cpu', 'cuda', 'cuda:N' or 'mps' (None: where "
@@ -330,10 +337,10 @@ def _from_numpy(host, framework, device):
     _check_mps(device)
     np_dtype = np.float64 if driver.dtype == "FP64" else np.float32
     host = np.asarray(host, dtype=np_dtype)
-    if framework == "numpy":
+    if framework in ("numpy", "dask"):     # dask: the public functions distribute the positions
         if device not in (None, "cpu") and str(device) != "cpu":
             raise ValueError(f"sdot.driver.device = {device!r} is not available with the "
-                             "'numpy' framework (numpy runs on the cpu only)")
+                             f"{framework!r} framework (its arrays are on the cpu)")
         return host
     if framework == "torch":
         import torch
