@@ -274,7 +274,7 @@ def _pixel_integrals(xp, seeds, vertices, count, density, lo, hi):
                                          s, v, c)
         return xp.concat([split[:, :3], split[:, 3:4] + split[:, 4:]], axis=1), facet
 
-    if _compat.static_shapes(seeds, vertices, count):
+    if _compat.static_shapes(seeds, vertices, count) or seeds.shape[0] < CELLS_PER_PIXEL * math.prod(density.shape):
         return walk(seeds, vertices, count)
     pixel = _pixel_of_cells(xp, seeds, vertices, count, lo, hi, density.shape)
     one = xp.nonzero(pixel >= 0)[0]
@@ -294,7 +294,10 @@ def _pixel_integrals(xp, seeds, vertices, count, density, lo, hi):
     return moments, facet
 
 
-#: The share of cells in one pixel from which they are integrated apart (:func:`_pixel_integrals`).
+#: :func:`_pixel_integrals` looks for cells in one pixel from this many cells per pixel (at
+#: 2.4, 1e4 cells on 64x64 pixels, 6% of them lie in one; at 7.3, 29%; at 24, 55%), and
+#: integrates them apart when they are this share of the cells.
+CELLS_PER_PIXEL = 4.0
 ONE_PIXEL_FROM = 0.2
 
 
