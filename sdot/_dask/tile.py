@@ -149,6 +149,11 @@ class Tile:
             psi = psi + t * np.concatenate([self.d, self.halo_d])
         previous = self.ev.cells if trial and self.ev is not None else None
         capacity = None if self.ev is None else self.ev.cells.labels.shape[1]
+        # one diagram at a time besides the one being built: a trial replaces the last one
+        # (rejected), a new diagram both (the halo grew)
+        self.trial = None
+        if not trial:
+            self.ev = None
         prob = newton.Problem(self.local_seeds, None, self.density)
         start = _now()
         with host_settings(threads=self.threads):
@@ -248,15 +253,19 @@ class Tile:
                                  self.targets - (self.ev.moments[:n, 0] if n else 0.0),
                                  np.concatenate([self.aggregates, self.halo_aggregates]), self.first_aggregate,
                                  self.n_aggregates)
+        # the facets' integrals are in the rows now; the trials need the cells, the results the moments
+        if n:
+            self.ev = self.ev._replace(facet=None)
         return self.system.scalars()
 
     def start_solve(self, regularisation, mean, refactor=True):
-        """See :meth:`.tile_system.TileSystem.start` (the last factors kept unless ``refactor``);
-        with the rows of ``z`` for the halos."""
+        """See :meth:`.tile_system.TileSystem.start`, with the rows of ``z`` for the halos.
+        ``refactor=False``: the factors of the last solve made so (new ones the first time),
+        kept between Newton steps; else new ones, freed with the system (:meth:`set_direction`)."""
         start = _now()
         out = self.system.start(regularisation, mean, None if refactor else self.factor)
         self._spent("factor", start)
-        self.factor = self.system.factor
+        self.factor = self.system.factor if not refactor else None    # kept only to be reused
         return out + (self.send("z"),)
 
     def cg_update(self, alpha):

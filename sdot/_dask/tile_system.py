@@ -62,6 +62,7 @@ class TileSystem:
         self.matrix = sp.csr_matrix((np.concatenate([diag, -self.w]),
                                      (np.concatenate([ids, self.rows]), np.concatenate([ids, self.cols]))),
                                     shape=(n, self.m))
+        self.rows = self.cols = self.w = None       # in the matrix now
         # block Jacobi: the owned block's sparse LU, nested dissection from the positions (the core's)
         if factor is None and n:
             # FP32 factors (a preconditioner: half the memory traffic of the solves), ordered
