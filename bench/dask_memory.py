@@ -21,6 +21,8 @@ import tracemalloc
 import numpy as np
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
+#: The largest traced memory seen by the wrappers of :func:`traced_parts` (they reset the peak).
+PEAK = [0]
 
 
 def rss():
@@ -34,14 +36,17 @@ class Sampler(threading.Thread):
 
     def __init__(self):
         super().__init__(daemon=True)
-        self.peak, self.running = rss(), True
+        self.peak, self.running, self.generation = rss(), True, 0
 
     def reset(self):
+        self.generation += 1
         self.peak = rss()
 
     def run(self):
         while self.running:
-            self.peak = max(self.peak, rss())
+            generation, value = self.generation, rss()
+            if generation == self.generation:       # not a reading from before a reset
+                self.peak = max(self.peak, value)
             time.sleep(0.001)
 
 
@@ -104,10 +109,10 @@ class Local:
             self.sampler.reset()
             if self.trace:
                 tracemalloc.reset_peak()
-                traced_before = tracemalloc.get_traced_memory()[0]
+                traced_before, PEAK[0] = tracemalloc.get_traced_memory()[0], 0
             value = method(*args, **kwargs)
             rise = self.sampler.peak - before
-            traced = tracemalloc.get_traced_memory()[1] - traced_before if self.trace else 0
+            traced = max(tracemalloc.get_traced_memory()[1], PEAK[0]) - traced_before if self.trace else 0
             row = self.report.setdefault(name, dict(calls=0, rss_rise=0, traced_rise=0, n=0))
             row["calls"] += 1
             key, amount = ("traced_rise", traced) if self.trace else ("rss_rise", rise)
@@ -141,12 +146,38 @@ class LocalTiles:
         self.checkpoint = None
 
 
+def traced_parts(report):
+    """Wrap the core's diagram (``planar.power_cells`` and within it the kinetic update and the
+    rebuild from the triangulation) and the pixel integrals: the largest rise of the traced
+    memory during one call of each, in ``report``."""
+    from sdot._core import density, planar
+    from sdot._core.planar import diagram, kinetic
+
+    def wrapped(name, function):
+        def call(*args, **kwargs):
+            before, outer = tracemalloc.get_traced_memory()
+            PEAK[0] = max(PEAK[0], outer)       # the enclosing calls' peak so far
+            tracemalloc.reset_peak()
+            out = function(*args, **kwargs)
+            peak = tracemalloc.get_traced_memory()[1]
+            PEAK[0] = max(PEAK[0], peak)
+            n = args[2].shape[0] if name == "integrals" else args[1].shape[0]
+            report[name] = max(report.get(name, 0.0), (peak - before) / n)
+            return out
+        return call
+    planar.power_cells = wrapped("power_cells", planar.power_cells)
+    diagram.update = wrapped("kinetic update", kinetic.update)
+    diagram.rebuild = kinetic.rebuild = wrapped("rebuild (triangulation)", kinetic.rebuild)
+    density.PixelDensity.integrals = wrapped("integrals", density.PixelDensity.integrals)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench.dask_memory", description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=500_000)
     parser.add_argument("--tiles", type=int, default=4)
     parser.add_argument("--tol", type=float, default=1e-10)
     parser.add_argument("--trace", action="store_true", help="also NumPy's traced peaks (tracemalloc; slower)")
+    parser.add_argument("--parts", action="store_true", help="with --trace: the core's diagram and integrals apart")
     args = parser.parse_args(argv)
 
     import sdot
@@ -160,8 +191,11 @@ def main(argv=None):
     X = points(args.n)
     grid = sdot.Grid(np.ones((1, 1)))
     density, centre, scale = _normalised(grid)
+    parts = {}
     if args.trace:
         tracemalloc.start()
+        if args.parts:
+            traced_parts(parts)
     sampler = Sampler()
     sampler.start()
     report = {}
@@ -196,6 +230,8 @@ def main(argv=None):
     for name, row in sorted(report.items(), key=lambda kv: -kv[1]["rss_rise"]):
         n = max(row["n"], 1)
         print(f"{name:22} {row['calls']:>5} {row['rss_rise'] / n:15.0f} {row['traced_rise'] / n:18.0f}")
+    for name, value in parts.items():
+        print(f"  inside: {name:30} traced rise {value:6.0f} B per Dirac of the tile with its halo")
     for name in ("evaluate", "start_solve", "accept", "newton_system"):
         if name not in report:
             continue
