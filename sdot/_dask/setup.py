@@ -31,8 +31,8 @@ RESTART_WAIT = 10.0
 
 
 #: Largest tile (owned Diracs) that the default tile count allows (:func:`tile_levels`): a
-#: tile's diagram is built in one call, whose temporaries (about 1.6 KB per Dirac, beyond the
-#: 0.7 KB its diagram keeps) come on top of the diagrams that the worker's other tiles hold.
+#: tile's diagram is built in one call, whose temporaries (about 1.8 KB per Dirac, beyond the
+#: 0.5 KB its diagram keeps) come on top of what the worker's tiles hold (docs/dask.md).
 MAX_TILE = 250_000
 
 
