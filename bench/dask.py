@@ -6,8 +6,9 @@ or ``sdot.dask.solve`` on a ``LocalCluster(n_workers=W, threads_per_worker=1, me
 started in that process (its start-up not timed), on the points and targets of
 ``python -m bench`` (uniform points of :func:`bench.solve.points`; "box" the uniform density,
 "gauss" the 64x64 reference image). Columns: Newton steps, conjugate-gradient iterations per
-step (dask), halo growths, wall time, W2^2 and its relative difference to the single-process
-row, residual, peak resident memory (the client's; for dask each worker's, ``ru_maxrss``),
+step (dask; the mode "daskT" says T tiles), halo growths, wall time, W2^2 and its
+relative difference to the single-process row, residual, peak resident memory (the client's;
+for dask each worker's, ``ru_maxrss``),
 bytes moved during the solve (dask: every byte written to a TCP comm by the client, the
 scheduler, the nannies and the workers, counted in ``distributed.comm.tcp.TCP.write`` of each
 process: actor calls and their results, task transfers, heartbeats), and the dask solve's wall
@@ -80,6 +81,7 @@ def _child(args):
             rss = sorted(client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024).values())
             tiles = [t.timings().result() for t in sol.tiles]
         row = dict(time=seconds, steps=sol.iterations, cg=sol.cg_iterations, growths=sol.halo_growths,
+                   n_tiles=len(sol.tiles),
                    w2=sol.distance, residual=sol.residual, rss=rss, moved=moved,
                    phases={k: round(v, 2) for k, v in sol.timings.items()},
                    tiles={k: round(sum(t.get(k, 0.0) for t in tiles), 2) for k in tiles[0]})
@@ -92,7 +94,8 @@ def main(argv=None):
     parser.add_argument("--targets", nargs="+", default=["box", "gauss"], choices=["box", "gauss"])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--tol", type=float, default=1e-10)
-    parser.add_argument("--tiles-per-worker", type=int, default=2)
+    parser.add_argument("--tiles-per-worker", type=int, default=None,
+                        help="default: sdot.dask.solve's (2, more for tiles of at most 250,000 Diracs)")
     parser.add_argument("--modes", nargs="+", default=["single", "dask"], choices=["single", "dask"])
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
@@ -107,10 +110,11 @@ def main(argv=None):
         for n in args.n:
             reference = None
             for mode in args.modes:
-                out = subprocess.run([sys.executable, "-m", "bench.dask", "--child", "--mode", mode, "--target", target,
-                                      "--n", str(n), "--workers", str(args.workers), "--tol", str(args.tol),
-                                      "--tiles-per-worker", str(args.tiles_per_worker)],
-                                     capture_output=True, text=True)
+                command = [sys.executable, "-m", "bench.dask", "--child", "--mode", mode, "--target", target,
+                           "--n", str(n), "--workers", str(args.workers), "--tol", str(args.tol)]
+                if args.tiles_per_worker is not None:
+                    command += ["--tiles-per-worker", str(args.tiles_per_worker)]
+                out = subprocess.run(command, capture_output=True, text=True)
                 if out.returncode:
                     print(f"{target:6} {n:>8} {mode:6} failed: {out.stderr.strip().splitlines()[-1]}", flush=True)
                     continue
@@ -120,8 +124,9 @@ def main(argv=None):
                 cg = f"{np.mean(row['cg']):8.1f}" if "cg" in row else " " * 8
                 grow = f"{row['growths']:>4}" if "growths" in row else " " * 4
                 rss = "/".join(f"{r:.0f}" for r in np.atleast_1d(row["rss"]))
+                mode_name = f"dask{row['n_tiles']}" if "n_tiles" in row else mode
                 moved = f"{row['moved'] / 1e6:9.1f}" if "moved" in row else " " * 9
-                print(f"{target:6} {n:>8} {mode:6} {row['steps']:>5} {cg} {grow} {row['time']:8.2f} {row['w2']:22.15e} "
+                print(f"{target:6} {n:>8} {mode_name:6} {row['steps']:>5} {cg} {grow} {row['time']:8.2f} {row['w2']:22.15e} "
                       f"{diff} {row['residual']:9.2e} {rss:>11} {moved}  {row.get('phases', '')} "
                       f"{row.get('tiles', '')}",
                       flush=True)

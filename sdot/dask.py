@@ -38,7 +38,7 @@ def _client(client):
         return Client(cluster)
 
 
-def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker=2, halo=8.0,
+def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker=None, halo=8.0,
           aggregate_size=32, verbose=False, raise_on_failure=True, masses=None, callback=None):
     """Solve the transport from Diracs at ``positions`` (equal masses, or ``masses``) to
     ``grid`` on a dask cluster.
@@ -56,8 +56,10 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
         Max absolute cell-mass error (masses sum to 1); default ``sdot.default_tolerance("FP64")``.
     max_iter : int
         Newton steps.
-    tiles_per_worker : int
-        Tiles per worker (rounded up to a power of two in all).
+    tiles_per_worker : int, optional
+        Tiles per worker (rounded up to a power of two in all). Default: 2, or more so that
+        no tile owns more than 250,000 Diracs (a worker's peak memory holds the temporaries
+        of one tile's diagram on top of its tiles' state).
     halo : float
         First halo width, in mean Dirac spacings (tiles whose cells it does not certify
         get a halo twice as wide, as often as needed).

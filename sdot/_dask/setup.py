@@ -30,6 +30,22 @@ SAMPLE = 200_000
 RESTART_WAIT = 10.0
 
 
+#: Largest tile (owned Diracs) that the default tile count allows (:func:`tile_levels`): a
+#: tile's diagram is built in one call, whose temporaries (about 1.8 KB per Dirac, beyond the
+#: 0.5 KB its diagram keeps) come on top of what the worker's tiles hold (docs/dask.md).
+MAX_TILE = 250_000
+
+
+def tile_levels(n, workers, tiles_per_worker=None):
+    """The depth of the k-d cuts, ``2^depth >= tiles_per_worker * workers`` tiles for ``n``
+    Diracs; ``tiles_per_worker`` None: 2, or more so that a tile has at most :data:`MAX_TILE`."""
+    if tiles_per_worker is None:
+        tiles_per_worker = max(2, math.ceil(n / (workers * MAX_TILE)))
+    elif not (isinstance(tiles_per_worker, (int, np.integer)) and tiles_per_worker >= 1):
+        raise ValueError(f"tiles_per_worker must be a positive integer or None, got {tiles_per_worker!r}")
+    return max(0, math.ceil(math.log2(max(1, tiles_per_worker * workers))))
+
+
 #: glibc's largest dynamic mmap threshold on 64-bit hosts (``DEFAULT_MMAP_THRESHOLD_MAX``).
 MMAP_THRESHOLD = 32 << 20
 
@@ -129,7 +145,7 @@ class TileSet:
         self.aggregate_size, self.first_width = aggregate_size, first_width
         self.workers = len(client.scheduler_info()["workers"])
         n = positions.shape[0]
-        levels = max(0, math.ceil(math.log2(max(1, tiles_per_worker * self.workers))))
+        levels = tile_levels(n, self.workers, tiles_per_worker)
         self.lo, self.hi, _ = tiling.kd_tiles(positions[::max(1, n // SAMPLE)].compute(), levels)
         self.box_lo, self.box_hi = (self.lo - centre) / scale, (self.hi - centre) / scale
         self.checkpoint, self.rebuilds, self.tiles = None, -1, []

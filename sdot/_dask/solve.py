@@ -196,7 +196,7 @@ class _Newton:
             self.log(self.it, self.err, t if ok else 0.0)
 
 
-def solve(client, positions, masses, total, density, centre, scale, tol, max_iter, tiles_per_worker=2, halo=8.0,
+def solve(client, positions, masses, total, density, centre, scale, tol, max_iter, tiles_per_worker=None, halo=8.0,
           aggregate_size=32, options=DEFAULT, log=None, max_recoveries=3):
     """Solve on the workers of ``client``: see :func:`sdot.dask.solve`. Returns a :class:`DaskSolution`.
 

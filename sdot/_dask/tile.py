@@ -22,7 +22,7 @@ from .._core import geometry, newton
 from .._core._compat.host_only.threads import host_settings
 from .._core.options import DEFAULT
 from . import setup, tiling
-from .tile_system import TileSystem
+from .tile_system import TileSystem, cells_of, kept
 
 
 def _now():
@@ -147,8 +147,13 @@ class Tile:
         psi = np.concatenate([self.psi, self.halo_psi])
         if t:
             psi = psi + t * np.concatenate([self.d, self.halo_d])
-        previous = self.ev.cells if trial and self.ev is not None else None
+        previous = cells_of(self.ev) if trial and self.ev is not None else None
         capacity = None if self.ev is None else self.ev.cells.labels.shape[1]
+        # one diagram at a time besides the one being built: a trial replaces the last one
+        # (rejected), a new diagram both (the halo grew)
+        self.trial = None
+        if not trial:
+            self.ev = None
         prob = newton.Problem(self.local_seeds, None, self.density)
         start = _now()
         with host_settings(threads=self.threads):
@@ -157,9 +162,9 @@ class Tile:
         self._spent("trial" if trial else "diagram", start)
         summary = self._summary(ev, psi, tops, boxes)
         if trial:
-            self.trial = (t, ev)
+            self.trial = (t, kept(ev))
         else:
-            self.ev = ev
+            self.ev = kept(ev)
         return summary
 
     def weights_beyond_halos(self, t, levels):
@@ -248,15 +253,19 @@ class Tile:
                                  self.targets - (self.ev.moments[:n, 0] if n else 0.0),
                                  np.concatenate([self.aggregates, self.halo_aggregates]), self.first_aggregate,
                                  self.n_aggregates)
+        # the facets' integrals are in the rows now; the trials need the cells, the results the moments
+        if n:
+            self.ev = self.ev._replace(facet=None)
         return self.system.scalars()
 
     def start_solve(self, regularisation, mean, refactor=True):
-        """See :meth:`.tile_system.TileSystem.start` (the last factors kept unless ``refactor``);
-        with the rows of ``z`` for the halos."""
+        """See :meth:`.tile_system.TileSystem.start`, with the rows of ``z`` for the halos.
+        ``refactor=False``: the factors of the last solve made so (new ones the first time),
+        kept between Newton steps; else new ones, freed with the system (:meth:`set_direction`)."""
         start = _now()
         out = self.system.start(regularisation, mean, None if refactor else self.factor)
         self._spent("factor", start)
-        self.factor = self.system.factor
+        self.factor = self.system.factor if not refactor else None    # kept only to be reused
         return out + (self.send("z"),)
 
     def cg_update(self, alpha):
@@ -298,5 +307,6 @@ class Tile:
         d = np.concatenate([self.d, self.halo_d])
         with host_settings(threads=self.threads):
             # the fans see every Dirac of the diagram; the steps count for the owned ones
-            fans = geom.fans(np, self.local_seeds, psi, self.local_active, self.ev.cells)
-            return float(geom.hiding_step(np, self.local_seeds, psi, d, owned, self.ev.cells, fans))
+            cells = cells_of(self.ev)
+            fans = geom.fans(np, self.local_seeds, psi, self.local_active, cells)
+            return float(geom.hiding_step(np, self.local_seeds, psi, d, owned, cells, fans))

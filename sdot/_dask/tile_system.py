@@ -23,6 +23,20 @@ from .._core._compat.host_only import sparse_lu
 from .._core._compat.linalg import FactorPCGOptions
 
 
+def kept(ev):
+    """The evaluation ``ev`` as a tile keeps it: the cells' labels (neighbour ids below the
+    tile's Dirac count, negative for the box's sides) in int32, exactly (half their bytes)."""
+    labels = ev.cells.labels
+    if labels.dtype == np.int32 or labels.shape[0] >= 2 ** 31:
+        return ev
+    return ev._replace(cells=ev.cells._replace(labels=labels.astype(np.int32)))
+
+
+def cells_of(ev):
+    """The cells of a kept evaluation as the core makes them (int64 labels)."""
+    return ev.cells._replace(labels=ev.cells.labels.astype(np.int64))
+
+
 class TileSystem:
     """The owned rows of the Newton matrix of a tile of ``n`` owned Diracs (the first ``n``
     of ``seeds``, owned then halo) from the evaluation ``ev``, the owned right-hand side
@@ -35,7 +49,7 @@ class TileSystem:
         self.n_aggregates = n_aggregates
         m = seeds.shape[0]
         if n:
-            rows, cols, w = newton._facet_entries(np, seeds, ev.cells, ev.facet)
+            rows, cols, w = newton._facet_entries(np, seeds, cells_of(ev), ev.facet)
             keep = rows < n
             self.rows, self.cols, self.w = rows[keep], cols[keep], w[keep]
         else:
@@ -62,6 +76,7 @@ class TileSystem:
         self.matrix = sp.csr_matrix((np.concatenate([diag, -self.w]),
                                      (np.concatenate([ids, self.rows]), np.concatenate([ids, self.cols]))),
                                     shape=(n, self.m))
+        self.rows = self.cols = self.w = None       # in the matrix now
         # block Jacobi: the owned block's sparse LU, nested dissection from the positions (the core's)
         if factor is None and n:
             # FP32 factors (a preconditioner: half the memory traffic of the solves), ordered
