@@ -1,9 +1,9 @@
-"""Semi-discrete transport distributed over a dask.distributed cluster (2D, first version).
+"""Semi-discrete transport distributed over a dask.distributed cluster (2D and 3D, first version).
 
 ``sdot.distance(sdot.SumOfDiracs(X), grid)`` (or ``SumOfWeightedDiracs(X, w)``) with ``X``
-a ``dask.array`` ``(n, 2)`` (or
+a ``dask.array`` ``(n, 2)`` or ``(n, 3)`` (or
 ``sdot.dask.solve(X, grid)``, which reports more) solves the problem on the workers of the
-current ``distributed`` client: the plane is cut into tiles of equal Dirac counts, each a dask actor
+current ``distributed`` client: the plane (or space) is cut into tiles of equal Dirac counts, each a dask actor
 holding its Diracs, a halo of neighbours, their weights and cells; the client drives the
 damped Newton method and a conjugate gradient with scalars and halo rows only. See
 docs/dask.md.
@@ -45,10 +45,11 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
 
     Parameters
     ----------
-    positions : dask.array.Array, shape (n, 2)
-        Chunk sizes must be known; chunks stay on the workers.
+    positions : dask.array.Array, shape (n, d)
+        ``d`` 2 or 3. Chunk sizes must be known; chunks stay on the workers.
     grid : sdot.Grid or sdot.PolynomialGrid
-        A 2D grid of NumPy values (degree 0: one value per cell), normalised to mass 1.
+        A grid of NumPy values of the same dimension (degree 0: one value per cell),
+        normalised to mass 1.
     client : distributed.Client, optional
         Default: the current client (``distributed.get_client()``), else a new
         ``LocalCluster`` (reported on stdout).
@@ -90,7 +91,7 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
 
     positions = setup.checked(positions)
     masses, total = setup.checked_masses(masses, positions)
-    grid = grid.with_dim(2)
+    grid = grid.with_dim(positions.shape[1])
     if grid.degree != 0:
         raise NotImplementedError("the dask solve takes grids of one value per cell (degree 0) for now")
     values = np.asarray(grid.density, dtype=np.float64)
@@ -112,7 +113,7 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
 
 
 def distance(positions, grid, client=None, **options):
-    """W2^2 between Diracs at ``positions`` (a dask array ``(n, 2)``) and ``grid``,
+    """W2^2 between Diracs at ``positions`` (a dask array ``(n, d)``) and ``grid``,
     solved on the dask cluster (see :func:`solve` for ``client`` and ``options``): a float."""
     return solve(positions, grid, client, **options).distance
 
