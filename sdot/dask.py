@@ -15,7 +15,7 @@ import numpy as np
 from ._core.density import grid_density
 from ._grids import PolynomialGrid
 from ._core.options import DEFAULT
-from ._dask import setup
+from ._dask import dimensions, setup
 from ._dask.solve import DaskSolution, solve as _solve
 
 __all__ = ["distance", "solve", "DaskSolution"]
@@ -38,7 +38,7 @@ def _client(client):
         return Client(cluster)
 
 
-def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker=2, halo=8.0,
+def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker=2, halo=None,
           aggregate_size=32, verbose=False, raise_on_failure=True, masses=None, callback=None):
     """Solve the transport from Diracs at ``positions`` (equal masses, or ``masses``) to
     ``grid`` on a dask cluster.
@@ -48,8 +48,8 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
     positions : dask.array.Array, shape (n, d)
         ``d`` 2 or 3. Chunk sizes must be known; chunks stay on the workers.
     grid : sdot.Grid or sdot.PolynomialGrid
-        A grid of NumPy values of the same dimension (degree 0: one value per cell),
-        normalised to mass 1.
+        A grid of NumPy values of the same dimension (one value per cell, or Bernstein
+        coefficients of degree p: ``PolynomialGrid(values, degree=p)``), normalised to mass 1.
     client : distributed.Client, optional
         Default: the current client (``distributed.get_client()``), else a new
         ``LocalCluster`` (reported on stdout).
@@ -59,9 +59,9 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
         Newton steps.
     tiles_per_worker : int
         Tiles per worker (rounded up to a power of two in all).
-    halo : float
+    halo : float, optional
         First halo width, in mean Dirac spacings (tiles whose cells it does not certify
-        get a halo twice as wide, as often as needed).
+        get a halo twice as wide, as often as needed); default 8 in 2D, 4 in 3D.
     aggregate_size : int
         Diracs per aggregate of the coarse level of the preconditioner.
     verbose : bool
@@ -92,8 +92,6 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
     positions = setup.checked(positions)
     masses, total = setup.checked_masses(masses, positions)
     grid = grid.with_dim(positions.shape[1])
-    if grid.degree != 0:
-        raise NotImplementedError("the dask solve takes grids of one value per cell (degree 0) for now")
     values = np.asarray(grid.density, dtype=np.float64)
     lo, hi = (np.asarray(a, dtype=np.float64) for a in grid.domain)
     density = grid_density(values, lo, hi)
@@ -105,7 +103,8 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
             callback(it, err, t)
     tol = default_tolerance("FP64") if tol is None else tol
     out = _solve(_client(client), positions, masses, total, density.normalised(centre, scale), centre, scale, tol,
-                 max_iter, tiles_per_worker, halo, aggregate_size, DEFAULT, log)
+                 max_iter, tiles_per_worker, dimensions.first_halo(positions.shape[1], halo), aggregate_size, DEFAULT,
+                 log)
     if raise_on_failure and not out.converged:
         raise RuntimeError(f"sdot.dask: no convergence: residual {out.residual:.3e} > tol {tol:.1e} after "
                            f"{out.iterations} Newton steps")

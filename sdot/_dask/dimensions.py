@@ -12,12 +12,31 @@ import numpy as np
 #: The dimensions of the distributed solve (1D has the single process's closed form).
 SUPPORTED = (2, 3)
 
+#: The first halo width of each dimension, in mean spacings. In 3D a halo adds more Diracs to a
+#: tile (its surface is larger for its volume; by volume, uniform Diracs in the unit cube cut
+#: into 4 tiles: at 1e5, halos of 8 spacings hold 0.8 times the owned Diracs, of 4 spacings 0.4
+#: times; in 2D at 2e5, 8 spacings 0.07 times).
+HALO = {2: 8.0, 3: 4.0}
+
+#: The side of the groups of Diracs just beyond a halo (:meth:`.tile.Tile.weights_beyond_halos`),
+#: in halo widths. The weights vary by about one squared spacing per spacing in the first Newton
+#: steps; a group's largest weight exceeds those of its Diracs near a cell by its side times
+#: that. In 3D, with halos of 4 spacings, groups of a whole halo width failed the certificate of
+#: a few cells per tile at the second Newton step (2e4 uniform Diracs, 4 tiles: every tile's halo
+#: doubled), a quarter of it none.
+BOX_SIDE = {2: 1.0, 3: 0.25}
+
 
 def checked(dim):
     """``dim`` if the distributed solve runs in it, else a ``NotImplementedError``."""
     if dim not in SUPPORTED:
         raise NotImplementedError(f"the dask solve runs in 2D and 3D, got positions of dimension {dim}")
     return dim
+
+
+def first_halo(dim, halo=None):
+    """``halo``, or the first halo width of dimension ``dim`` (:data:`HALO`), in mean spacings."""
+    return HALO[dim] if halo is None else float(halo)
 
 
 def mean_spacing(lo, hi, n):

@@ -169,7 +169,8 @@ class Tile:
         per tile ``T`` and distance band from its rectangle the largest weight of the owned
         active Diracs (``-inf`` where none, and for this tile itself), ``(tiles, BANDS + 1)``,
         and ``{T: (lo, hi, largest weights)}`` of the Diracs of the bands just beyond its halo
-        in each square of its halo width (:func:`.tiling.box_maxima`)."""
+        in each square of its halo width (cube of a quarter of it in 3D, :data:`.dimensions.BOX_SIDE`;
+        :func:`.tiling.box_maxima`)."""
         count = len(levels)
         out = np.full((count, tiling.BANDS + 1), -np.inf)
         boxes = {}
@@ -180,7 +181,8 @@ class Tile:
             for other, level in enumerate(levels):          # a loop over the tiles
                 ring = (self.bands[other] > level) & (self.bands[other] <= level + RING) & self.active
                 if other != self.index and np.any(ring):
-                    boxes[other] = tiling.box_maxima(self.seeds[ring], psi[ring], self.edges[level])
+                    boxes[other] = tiling.box_maxima(self.seeds[ring], psi[ring],
+                                                     self.edges[level] * dimensions.BOX_SIDE[self.dim])
         out[self.index] = -np.inf
         return out, boxes
 
