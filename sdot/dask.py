@@ -138,7 +138,7 @@ class _DaskPlan:
 
 
 def _batch_distances(source, target, tol, max_iter, verbose, raise_on_failure):
-    """``sdot.distances`` of a batch of sources whose positions are a dask array ``(b, n, 2)``
+    """``sdot.distances`` of a batch of sources whose positions are a dask array ``(b, n, d)``
     against one grid: each item solved on the cluster in turn (its Diracs spread over the
     workers), the ``(b,)`` distances as a dask array."""
     import dask.array as da

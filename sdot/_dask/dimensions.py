@@ -13,9 +13,9 @@ import numpy as np
 SUPPORTED = (2, 3)
 
 #: The first halo width of each dimension, in mean spacings. In 3D a halo adds more Diracs to a
-#: tile (its surface is larger for its volume; by volume, uniform Diracs in the unit cube cut
-#: into 4 tiles: at 1e5, halos of 8 spacings hold 0.8 times the owned Diracs, of 4 spacings 0.4
-#: times; in 2D at 2e5, 8 spacings 0.07 times).
+#: tile (its surface is larger for its volume; counted on the bench's uniform Diracs, 4 tiles:
+#: at 1e5 in the unit cube, halos of 8 spacings hold 0.78 times the owned Diracs, of 4 spacings
+#: 0.37 times; in the unit square at 2e5, 8 spacings 0.07 times).
 HALO = {2: 8.0, 3: 4.0}
 
 #: The side of the groups of Diracs just beyond a halo (:meth:`.tile.Tile.weights_beyond_halos`),
