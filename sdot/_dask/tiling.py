@@ -12,7 +12,7 @@ are the true cells if no Dirac outside can cut them (:func:`halo_certified`).
 
 Everything here holds in any dimension ``d`` (points ``(m, d)``, boxes ``lo``, ``hi`` of
 length ``d``); the cells' vertices in use come as counts (2D: the first ``count``) or as a
-mask (3D, :func:`.cells.vertices_in_use`).
+mask (3D, :func:`.dimensions.vertices_in_use`).
 """
 from __future__ import annotations
 
