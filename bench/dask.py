@@ -5,8 +5,8 @@ Each row runs in a fresh process: the single-process NumPy solve (``sdot.optimal
 or ``sdot.dask.solve`` on a ``LocalCluster(n_workers=W, threads_per_worker=1, memory_limit=6 GiB)``
 started in that process (its start-up not timed), on the points and targets of
 ``python -m bench`` (uniform points of :func:`bench.solve.points`; "box" the uniform density,
-"gauss" the 64x64 reference image; in 3D "box3d" the uniform cube, "gauss3d" the 32^3 voxel Gaussian). Columns: Newton steps, conjugate-gradient iterations per
-step (dask), halo growths, wall time, W2^2 and its relative difference to the single-process
+"gauss" the 64x64 reference image; in 3D "box3d" the uniform cube, "gauss3d" the 32^3 voxel
+Gaussian). Columns: Newton steps, conjugate-gradient iterations per step (dask), halo growths, wall time, W2^2 and its relative difference to the single-process
 row, residual, peak resident memory (the client's; for dask each worker's, ``ru_maxrss``),
 bytes moved during the solve (dask: every byte written to a TCP comm by the client, the
 scheduler, the nannies and the workers, counted in ``distributed.comm.tcp.TCP.write`` of each
@@ -92,7 +92,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench --dask", description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[200_000])
     parser.add_argument("--targets", nargs="+", default=["box", "gauss"], choices=["box", "gauss", "box3d", "gauss3d"])
-    parser.add_argument("--halo", type=float, default=None, help="first halo width (sdot.dask.solve's default if unset)")
+    parser.add_argument("--halo", type=float, default=None,
+                        help="first halo width (sdot.dask.solve's default if unset)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--tol", type=float, default=1e-10)
     parser.add_argument("--tiles-per-worker", type=int, default=2)
