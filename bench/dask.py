@@ -3,15 +3,16 @@
 
 Each row runs in a fresh process: the single-process NumPy solve (``sdot.optimal_transport_plan``)
 or ``sdot.dask.solve`` on a ``LocalCluster(n_workers=W, threads_per_worker=1, memory_limit=6 GiB)``
-started in that process (its start-up not timed), on the points and targets of
-``python -m bench`` (uniform points of :func:`bench.solve.points`; "box" the uniform density,
-"gauss" the 64x64 reference image; in 3D "box3d" the uniform cube, "gauss3d" the 32^3 voxel
-Gaussian). Columns: Newton steps, conjugate-gradient iterations per step (dask), halo growths,
-wall time, W2^2 and its relative difference to the single-process row, residual, peak resident
-memory (the client's; for dask each worker's, ``ru_maxrss``), bytes moved during the solve (dask: every byte written to a TCP comm by the client, the
-scheduler, the nannies and the workers, counted in ``distributed.comm.tcp.TCP.write`` of each
-process: actor calls and their results, task transfers, heartbeats), and the dask solve's wall
-time by phase and the tiles' summed busy time by kind (seconds).
+started in that process (its start-up not timed), on the points and targets of ``python -m bench``
+(uniform points of :func:`bench.solve.points`; "box" the uniform density, "gauss" the 64x64
+reference image; in 3D "box3d" the uniform cube, "gauss3d" the 32^3 voxel Gaussian). Columns: Newton
+steps, conjugate-gradient iterations per step (dask), halo growths, wall time, W2^2 and its relative
+difference to the single-process row, residual, peak resident memory (the client's; for dask each
+worker's, ``ru_maxrss``), bytes moved during the solve (dask: every byte written to a TCP comm by
+the client, the scheduler, the nannies and the workers, counted in
+``distributed.comm.tcp.TCP.write`` of each process: actor calls and their results, task transfers,
+heartbeats), and the dask solve's wall time by phase and the tiles' summed busy time by kind
+(seconds).
 """
 from __future__ import annotations
 
