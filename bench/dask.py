@@ -3,16 +3,16 @@
 
 Each row runs in a fresh process: the single-process NumPy solve (``sdot.optimal_transport_plan``)
 or ``sdot.dask.solve`` on a ``LocalCluster(n_workers=W, threads_per_worker=1, memory_limit=6 GiB)``
-started in that process (its start-up not timed), on the points and targets of
-``python -m bench`` (uniform points of :func:`bench.solve.points`; "box" the uniform density,
-"gauss" the 64x64 reference image). Columns: Newton steps, conjugate-gradient iterations per
-step (dask; the mode "daskT" says T tiles), halo growths, wall time, W2^2 and its
-relative difference to the single-process row, residual, peak resident memory (the client's;
-for dask each worker's, ``ru_maxrss``),
-bytes moved during the solve (dask: every byte written to a TCP comm by the client, the
-scheduler, the nannies and the workers, counted in ``distributed.comm.tcp.TCP.write`` of each
-process: actor calls and their results, task transfers, heartbeats), and the dask solve's wall
-time by phase and the tiles' summed busy time by kind (seconds).
+started in that process (its start-up not timed), on the points and targets of ``python -m bench``
+(uniform points of :func:`bench.solve.points`; "box" the uniform density, "gauss" the 64x64
+reference image; in 3D "box3d" the uniform cube, "gauss3d" the 32^3 voxel Gaussian). Columns: Newton
+steps, conjugate-gradient iterations per step (dask; the mode "daskT" says T tiles), halo growths, wall time, W2^2 and its relative
+difference to the single-process row, residual, peak resident memory (the client's; for dask each
+worker's, ``ru_maxrss``), bytes moved during the solve (dask: every byte written to a TCP comm by
+the client, the scheduler, the nannies and the workers, counted in
+``distributed.comm.tcp.TCP.write`` of each process: actor calls and their results, task transfers,
+heartbeats), and the dask solve's wall time by phase and the tiles' summed busy time by kind
+(seconds).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from .solve import points, target_values
+from .solve import SPATIAL, points, target_values
 
 
 def _count_tcp_writes():
@@ -49,10 +49,11 @@ def _child(args):
     import sdot
 
     sdot.driver.framework = "numpy"
-    X = points(args.n)
+    dim = 3 if args.target in SPATIAL else 2
+    X = points(args.n, dim=dim)
     grid = sdot.Grid(target_values(args.target))
     if args.mode == "single":
-        sdot.distance(sdot.SumOfDiracs(points(100, shift=1)), grid)         # imports, first-use costs
+        sdot.distance(sdot.SumOfDiracs(points(100, shift=1, dim=dim)), grid)     # imports, first-use costs
         start = time.perf_counter()
         plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(X), grid, tol=args.tol)
         row = dict(time=time.perf_counter() - start, steps=int(plan.iterations), w2=float(plan.distance),
@@ -70,12 +71,13 @@ def _child(args):
 
         with distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1, memory_limit="6GiB",
                                       dashboard_address=":0") as cluster, distributed.Client(cluster) as client:
-            Xd = da.from_array(X, chunks=(-(-args.n // (4 * args.workers)), 2)).persist()
+            Xd = da.from_array(X, chunks=(-(-args.n // (4 * args.workers)), dim)).persist()
             distributed.wait(Xd)
             client.run(_count_tcp_writes)
             before = _count_tcp_writes() + sum(client.run(_count_tcp_writes).values())
             start = time.perf_counter()
-            sol = sdot.dask.solve(Xd, grid, client=client, tol=args.tol, tiles_per_worker=args.tiles_per_worker)
+            halo = {} if args.halo is None else dict(halo=args.halo)
+            sol = sdot.dask.solve(Xd, grid, client=client, tol=args.tol, tiles_per_worker=args.tiles_per_worker, **halo)
             seconds = time.perf_counter() - start
             moved = _count_tcp_writes() + sum(client.run(_count_tcp_writes).values()) - before
             rss = sorted(client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024).values())
@@ -91,7 +93,9 @@ def _child(args):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m bench --dask", description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[200_000])
-    parser.add_argument("--targets", nargs="+", default=["box", "gauss"], choices=["box", "gauss"])
+    parser.add_argument("--targets", nargs="+", default=["box", "gauss"], choices=["box", "gauss", "box3d", "gauss3d"])
+    parser.add_argument("--halo", type=float, default=None,
+                        help="first halo width (sdot.dask.solve's default if unset)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--tol", type=float, default=1e-10)
     parser.add_argument("--tiles-per-worker", type=int, default=None,
@@ -114,6 +118,8 @@ def main(argv=None):
                            "--n", str(n), "--workers", str(args.workers), "--tol", str(args.tol)]
                 if args.tiles_per_worker is not None:
                     command += ["--tiles-per-worker", str(args.tiles_per_worker)]
+                if args.halo is not None:
+                    command += ["--halo", str(args.halo)]
                 out = subprocess.run(command, capture_output=True, text=True)
                 if out.returncode:
                     print(f"{target:6} {n:>8} {mode:6} failed: {out.stderr.strip().splitlines()[-1]}", flush=True)

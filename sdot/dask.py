@@ -1,9 +1,9 @@
-"""Semi-discrete transport distributed over a dask.distributed cluster (2D, first version).
+"""Semi-discrete transport distributed over a dask.distributed cluster (2D and 3D, first version).
 
 ``sdot.distance(sdot.SumOfDiracs(X), grid)`` (or ``SumOfWeightedDiracs(X, w)``) with ``X``
-a ``dask.array`` ``(n, 2)`` (or
+a ``dask.array`` ``(n, 2)`` or ``(n, 3)`` (or
 ``sdot.dask.solve(X, grid)``, which reports more) solves the problem on the workers of the
-current ``distributed`` client: the plane is cut into tiles of equal Dirac counts, each a dask actor
+current ``distributed`` client: the plane (or space) is cut into tiles of equal Dirac counts, each a dask actor
 holding its Diracs, a halo of neighbours, their weights and cells; the client drives the
 damped Newton method and a conjugate gradient with scalars and halo rows only. See
 docs/dask.md.
@@ -15,7 +15,7 @@ import numpy as np
 from ._core.density import grid_density
 from ._grids import PolynomialGrid
 from ._core.options import DEFAULT
-from ._dask import setup
+from ._dask import dimensions, setup
 from ._dask.solve import DaskSolution, solve as _solve
 
 __all__ = ["distance", "solve", "DaskSolution"]
@@ -38,17 +38,18 @@ def _client(client):
         return Client(cluster)
 
 
-def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker=None, halo=8.0,
+def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker=None, halo=None,
           aggregate_size=32, verbose=False, raise_on_failure=True, masses=None, callback=None):
     """Solve the transport from Diracs at ``positions`` (equal masses, or ``masses``) to
     ``grid`` on a dask cluster.
 
     Parameters
     ----------
-    positions : dask.array.Array, shape (n, 2)
-        Chunk sizes must be known; chunks stay on the workers.
+    positions : dask.array.Array, shape (n, d)
+        ``d`` 2 or 3. Chunk sizes must be known; chunks stay on the workers.
     grid : sdot.Grid or sdot.PolynomialGrid
-        A 2D grid of NumPy values (degree 0: one value per cell), normalised to mass 1.
+        A grid of NumPy values of the same dimension (one value per cell, or Bernstein
+        coefficients of degree p: ``PolynomialGrid(values, degree=p)``), normalised to mass 1.
     client : distributed.Client, optional
         Default: the current client (``distributed.get_client()``), else a new
         ``LocalCluster`` (reported on stdout).
@@ -60,9 +61,9 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
         Tiles per worker (rounded up to a power of two in all). Default: 2, or more so that
         no tile owns more than 250,000 Diracs (a worker's peak memory holds the temporaries
         of one tile's diagram on top of its tiles' state).
-    halo : float
+    halo : float, optional
         First halo width, in mean Dirac spacings (tiles whose cells it does not certify
-        get a halo twice as wide, as often as needed).
+        get a halo twice as wide, as often as needed); default 8 in 2D, 4 in 3D.
     aggregate_size : int
         Diracs per aggregate of the coarse level of the preconditioner.
     verbose : bool
@@ -92,9 +93,7 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
 
     positions = setup.checked(positions)
     masses, total = setup.checked_masses(masses, positions)
-    grid = grid.with_dim(2)
-    if grid.degree != 0:
-        raise NotImplementedError("the dask solve takes grids of one value per cell (degree 0) for now")
+    grid = grid.with_dim(positions.shape[1])
     values = np.asarray(grid.density, dtype=np.float64)
     lo, hi = (np.asarray(a, dtype=np.float64) for a in grid.domain)
     density = grid_density(values, lo, hi)
@@ -106,7 +105,8 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
             callback(it, err, t)
     tol = default_tolerance("FP64") if tol is None else tol
     out = _solve(_client(client), positions, masses, total, density.normalised(centre, scale), centre, scale, tol,
-                 max_iter, tiles_per_worker, halo, aggregate_size, DEFAULT, log)
+                 max_iter, tiles_per_worker, dimensions.first_halo(positions.shape[1], halo), aggregate_size, DEFAULT,
+                 log)
     if raise_on_failure and not out.converged:
         raise RuntimeError(f"sdot.dask: no convergence: residual {out.residual:.3e} > tol {tol:.1e} after "
                            f"{out.iterations} Newton steps")
@@ -114,7 +114,7 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
 
 
 def distance(positions, grid, client=None, **options):
-    """W2^2 between Diracs at ``positions`` (a dask array ``(n, 2)``) and ``grid``,
+    """W2^2 between Diracs at ``positions`` (a dask array ``(n, d)``) and ``grid``,
     solved on the dask cluster (see :func:`solve` for ``client`` and ``options``): a float."""
     return solve(positions, grid, client, **options).distance
 
@@ -140,7 +140,7 @@ class _DaskPlan:
 
 
 def _batch_distances(source, target, tol, max_iter, verbose, raise_on_failure):
-    """``sdot.distances`` of a batch of sources whose positions are a dask array ``(b, n, 2)``
+    """``sdot.distances`` of a batch of sources whose positions are a dask array ``(b, n, d)``
     against one grid: each item solved on the cluster in turn (its Diracs spread over the
     workers), the ``(b,)`` distances as a dask array."""
     import dask.array as da

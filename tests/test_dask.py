@@ -217,8 +217,8 @@ def test_errors(client):
     with pytest.raises(ValueError, match="unknown chunk sizes"):
         x = da.from_array(np.random.default_rng(0).random((20, 2)), chunks=(5, 2))
         sdot.dask.solve(x[x[:, 0] > 0.5], grid, client=client)
-    with pytest.raises(NotImplementedError, match="2D"):
-        sdot.dask.solve(da.zeros((10, 3), chunks=(5, 3)), grid, client=client)
+    with pytest.raises(NotImplementedError, match="2D and 3D"):
+        sdot.dask.solve(da.zeros((10, 4), chunks=(5, 4)), grid, client=client)
     with pytest.raises(ValueError, match="shape"):
         sdot.dask.solve(da.zeros((10,), chunks=5), grid, client=client)
     bad = np.random.default_rng(0).random((20, 2))

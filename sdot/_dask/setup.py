@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from . import tiling
+from . import dimensions, tiling
 from .cg import gathered
 
 #: Rows of the positions sampled for the k-d cuts.
@@ -69,8 +69,8 @@ def heap_for_temporaries():
 
 
 def checked(positions):
-    """``positions`` a dask array ``(n, 2)`` of known chunk sizes, one chunk along axis 1:
-    clear errors otherwise (before any solve)."""
+    """``positions`` a dask array ``(n, d)`` (``d`` 2 or 3) of known chunk sizes, one chunk along
+    axis 1: clear errors otherwise (before any solve)."""
     import dask.array as da
 
     if not isinstance(positions, da.Array):
@@ -79,11 +79,10 @@ def checked(positions):
         raise ValueError(f"positions must have shape (n, d), got a dask array of {positions.ndim} dimensions")
     if any(math.isnan(c) for c in positions.chunks[0]):
         raise ValueError("positions have unknown chunk sizes (nan); call positions.compute_chunk_sizes() first")
-    if positions.shape[1] != 2:
-        raise NotImplementedError(f"the dask solve runs in 2D for now, got positions of dimension {positions.shape[1]}")
+    dim = dimensions.checked(positions.shape[1])
     if positions.shape[0] == 0:
         raise ValueError("positions: no Diracs")
-    return positions.astype(np.float64).rechunk({1: 2})
+    return positions.astype(np.float64).rechunk({1: dim})
 
 
 def checked_masses(masses, positions):

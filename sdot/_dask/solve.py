@@ -27,7 +27,7 @@ import warnings
 import numpy as np
 
 from .._core.options import DEFAULT
-from . import cg, setup
+from . import cg, dimensions, setup
 from .cg import gathered
 
 
@@ -58,7 +58,7 @@ class DaskSolution:
         over the active Diracs; duplicates other than the first hold no mass here."""
         parts = gathered([t.results() for t in self.tiles])
         n = sum(p[0].size for p in parts)
-        masses, psi, bary = np.zeros(n), np.zeros(n), np.zeros((n, 2))
+        masses, psi, bary = np.zeros(n), np.zeros(n), np.zeros((n, self.centre.shape[0]))
         active = np.zeros(n, bool)
         for ids, m, w, b, a in parts:
             masses[ids], psi[ids], bary[ids], active[ids] = m, w, b, a
@@ -206,7 +206,7 @@ def solve(client, positions, masses, total, density, centre, scale, tol, max_ite
     start = time.perf_counter()
     clock = _Clock()
     n = positions.shape[0]
-    width = halo * math.sqrt(np.prod(density.hi - density.lo) / n)        # in mean spacings
+    width = halo * dimensions.mean_spacing(density.lo, density.hi, n)      # in mean spacings
     tileset, halos, newton, recoveries, stale = None, None, None, 0, True
     while True:
         try:

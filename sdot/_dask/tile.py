@@ -21,7 +21,7 @@ import numpy as np
 from .._core import geometry, newton
 from .._core._compat.host_only.threads import host_settings
 from .._core.options import DEFAULT
-from . import setup, tiling
+from . import dimensions, setup, tiling
 from .tile_system import TileSystem, cells_of, kept
 
 
@@ -35,7 +35,7 @@ RING = 2
 
 
 class Tile:
-    """The actor of tile ``index`` of rectangle ``[lo, hi)`` (normalised coordinates).
+    """The actor of tile ``index`` of box ``[lo, hi)`` (normalised coordinates, ``d`` each: 2D or 3D).
 
     ``pieces``: the ``(positions, global ids, masses)`` of its Diracs, one triple per chunk
     of the input (raw coordinates, normalised here by ``centre`` and ``scale``, exactly as
@@ -46,7 +46,8 @@ class Tile:
 
     def __init__(self, index, lo, hi, centre, scale, density, total, aggregate_size, threads, *pieces):
         setup.heap_for_temporaries()
-        positions = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros((0, 2))
+        self.dim = lo.shape[0]
+        positions = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros((0, self.dim))
         self.index, self.lo, self.hi, self.density, self.total = index, lo, hi, density, total
         self.threads = threads
         self.seeds = (positions - centre) / scale
@@ -112,7 +113,7 @@ class Tile:
         self.level = level
         self.sources = [t for t, _ in pieces]
         self.counts = [p[0].shape[0] for _, p in pieces]
-        parts = list(zip(*[p for _, p in pieces])) or [[np.zeros((0, 2))], [np.zeros(0, bool)],
+        parts = list(zip(*[p for _, p in pieces])) or [[np.zeros((0, self.dim))], [np.zeros(0, bool)],
                                                         [np.zeros(0, np.int64)], [np.zeros(0)], [np.zeros(0)]]
         halo_seeds, halo_active, self.halo_aggregates, self.halo_psi, self.halo_d = (np.concatenate(a) for a in parts)
         self.local_seeds = np.concatenate([self.seeds, halo_seeds])
@@ -173,7 +174,8 @@ class Tile:
         per tile ``T`` and distance band from its rectangle the largest weight of the owned
         active Diracs (``-inf`` where none, and for this tile itself), ``(tiles, BANDS + 1)``,
         and ``{T: (lo, hi, largest weights)}`` of the Diracs of the bands just beyond its halo
-        in each square of its halo width (:func:`.tiling.box_maxima`)."""
+        in each square of its halo width (cube of a quarter of it in 3D, :data:`.dimensions.BOX_SIDE`;
+        :func:`.tiling.box_maxima`)."""
         count = len(levels)
         out = np.full((count, tiling.BANDS + 1), -np.inf)
         boxes = {}
@@ -184,7 +186,8 @@ class Tile:
             for other, level in enumerate(levels):          # a loop over the tiles
                 ring = (self.bands[other] > level) & (self.bands[other] <= level + RING) & self.active
                 if other != self.index and np.any(ring):
-                    boxes[other] = tiling.box_maxima(self.seeds[ring], psi[ring], self.edges[level])
+                    boxes[other] = tiling.box_maxima(self.seeds[ring], psi[ring],
+                                                     self.edges[level] * dimensions.BOX_SIDE[self.dim])
         out[self.index] = -np.inf
         return out, boxes
 
@@ -209,13 +212,13 @@ class Tile:
         halo_ok = True
         if certified and n and not self.everything:
             # every band at its least distance; the cells that fail see the first bands by boxes
-            vertices, count = cells.vertices[:n], cells.count[:n]
+            vertices, count = dimensions.vertices_in_use(cells, n)
             bands = np.max(tops, axis=0)
             ok = tiling.halo_certified(self.seeds, psi[:n], vertices, count, self.active, self.lo, self.hi,
                                        self.edges[self.level:], bands[self.level + 1:])
             rows = np.flatnonzero(~ok)
             if rows.size:
-                boxes = list(boxes) + [(np.zeros((0, 2)), np.zeros((0, 2)), np.zeros(0))]
+                boxes = list(boxes) + [(np.zeros((0, self.dim)), np.zeros((0, self.dim)), np.zeros(0))]
                 box_lo, box_hi, top = (np.concatenate([b[i] for b in boxes]) for i in range(3))
                 far = slice(self.level + RING + 1, None)
                 ok[rows] = (tiling.halo_certified(self.seeds[rows], psi[rows], vertices[rows], count[rows],
@@ -297,11 +300,12 @@ class Tile:
 
     def hiding_step(self):
         """The smallest step that certainly hides an owned Dirac (:func:`.planar.hiding_step`)
-        at the current diagram and direction (halo directions received)."""
+        at the current diagram and direction (halo directions received); ``inf`` in 3D (no bound
+        there yet, as in one process)."""
         n = self.seeds.shape[0]
         if not n:
             return np.inf
-        geom = geometry.of(2)
+        geom = geometry.of(self.dim)
         psi = np.concatenate([self.psi, self.halo_psi])
         owned = self.local_active & (np.arange(self.local_seeds.shape[0]) < n)
         d = np.concatenate([self.d, self.halo_d])

@@ -81,7 +81,9 @@ class TileSystem:
         if factor is None and n:
             # FP32 factors (a preconditioner: half the memory traffic of the solves), ordered
             # as the core orders them (nested dissection from the positions on large blocks)
-            points = self.seeds[:n] if n >= FactorPCGOptions.nested_dissection_from else None
+            start = (FactorPCGOptions.nested_dissection_from_3d if self.seeds.shape[1] == 3
+                     else FactorPCGOptions.nested_dissection_from)
+            points = self.seeds[:n] if n >= start else None
             factor = sparse_lu.factorise(self.matrix[:, :n].tocsr(), True, points)
         self.factor = factor
         self.solve_block = sparse_lu.preconditioner(*factor) if n else None

@@ -1,14 +1,18 @@
-"""Tiles of the plane by balanced k-d cuts, and the halo test of a tile.
+"""Tiles of the plane (or of space) by balanced k-d cuts, and the halo test of a tile.
 
-A tile is a rectangle ``[lo, hi)`` (bounds may be infinite) of a k-d tree whose cuts
-split the Diracs into halves: a node is cut along its longer axis at the median of its
+A tile is a box ``[lo, hi)`` (a rectangle in 2D; bounds may be infinite) of a k-d tree whose cuts
+split the Diracs into halves: a node is cut along its longest axis at the median of its
 Diracs, ``levels`` times, which gives ``2**levels`` tiles of equal counts (up to one) on
 any point set, clustered ones included. Every Dirac lies in exactly one tile (half-open
 intervals), so exact duplicates share a tile.
 
 A tile's *halo* of width ``h`` is every Dirac of the other tiles at distance at most
-``h`` from its rectangle. The owned cells computed from the owned and halo Diracs alone
+``h`` from its box. The owned cells computed from the owned and halo Diracs alone
 are the true cells if no Dirac outside can cut them (:func:`halo_certified`).
+
+Everything here holds in any dimension ``d`` (points ``(m, d)``, boxes ``lo``, ``hi`` of
+length ``d``); the cells' vertices in use come as counts (2D: the first ``count``) or as a
+mask (3D, :func:`.dimensions.vertices_in_use`).
 """
 from __future__ import annotations
 
@@ -16,12 +20,12 @@ import numpy as np
 
 
 def kd_tiles(points, levels: int):
-    """The rectangles ``(lo, hi)`` ``(2**levels, 2)`` of a balanced k-d tree of ``points``
-    (m, 2) (all Diracs or a sample of them), and the tile of each point ``(m,)``: each node
-    cut along its longer extent (of its points) at their median. Outer bounds are infinite."""
-    m = points.shape[0]
-    lo = np.full((1, 2), -np.inf)
-    hi = np.full((1, 2), np.inf)
+    """The boxes ``(lo, hi)`` ``(2**levels, d)`` of a balanced k-d tree of ``points``
+    (m, d) (all Diracs or a sample of them), and the tile of each point ``(m,)``: each node
+    cut along its longest extent (of its points) at their median. Outer bounds are infinite."""
+    m, dim = points.shape
+    lo = np.full((1, dim), -np.inf)
+    hi = np.full((1, dim), np.inf)
     owner = np.zeros(m, dtype=np.int64)
     for _ in range(levels):                      # one vectorised pass per level of the tree
         count = lo.shape[0]
@@ -29,7 +33,7 @@ def kd_tiles(points, levels: int):
         first = np.concatenate([[0], np.cumsum(size)[:-1]])
         by_node = np.argsort(owner, kind="stable")
         filled = size > 0
-        span = np.zeros((count, 2))
+        span = np.zeros((count, dim))
         if m:
             starts = first[filled]
             span[filled] = (np.maximum.reduceat(points[by_node], starts, axis=0)
@@ -43,16 +47,16 @@ def kd_tiles(points, levels: int):
         left_hi, right_lo = hi.copy(), lo.copy()
         left_hi[rows, axis] = cut
         right_lo[rows, axis] = cut
-        lo = np.stack([lo, right_lo], axis=1).reshape(-1, 2)
-        hi = np.stack([left_hi, hi], axis=1).reshape(-1, 2)
+        lo = np.stack([lo, right_lo], axis=1).reshape(-1, dim)
+        hi = np.stack([left_hi, hi], axis=1).reshape(-1, dim)
         owner = 2 * owner + (along >= cut[owner])
     return lo, hi, owner
 
 
 def boxes_certified(seeds, psi, vertices, count, box_lo, box_hi, box_tops, locality=None):
-    """Whether each of the cells ``(vertices, count)`` of ``seeds`` (m, 2) at weights ``psi`` is
-    cut by no Dirac of the boxes ``[box_lo, box_hi]`` (k, 2) whose weights are at most
-    ``box_tops`` (k,).
+    """Whether each of the cells ``(vertices, count)`` of ``seeds`` (m, d) at weights ``psi`` is
+    cut by no Dirac of the boxes ``[box_lo, box_hi]`` (k, d) whose weights are at most
+    ``box_tops`` (k,) (``count``: see :func:`_in_use`).
 
     The local form of :func:`halo_certified` for the Diracs just beyond the halo: at a vertex
     of the cell's bounding box ``C`` a Dirac ``j`` of box ``B`` has power at least
@@ -63,8 +67,7 @@ def boxes_certified(seeds, psi, vertices, count, box_lo, box_hi, box_tops, local
     """
     if not box_lo.shape[0] or not seeds.shape[0]:
         return np.ones(seeds.shape[0], bool)
-    cap = vertices.shape[1]
-    used = np.arange(cap)[None, :] < count[:, None]
+    used = _in_use(vertices, count)
     points = seeds[:, None, :] + vertices
     low = np.min(np.where(used[:, :, None], points, np.inf), axis=1)
     high = np.max(np.where(used[:, :, None], points, -np.inf), axis=1)
@@ -90,14 +93,22 @@ def boxes_certified(seeds, psi, vertices, count, box_lo, box_hi, box_tops, local
     return ok
 
 
+def _in_use(vertices, count):
+    """The vertex slots in use ``(m, V)`` of cells of ``vertices`` (m, V, d): ``count`` (m,)
+    the first ones of each cell (2D), or ``count`` that mask itself (m, V) (3D)."""
+    if count.ndim == 2:
+        return count
+    return np.arange(vertices.shape[1])[None, :] < count[:, None]
+
+
 def box_maxima(points, values, side):
-    """``(lo, hi, top)``: per square of ``side`` that holds some of ``points``, the bounding
+    """``(lo, hi, top)``: per square (cube in 3D) of ``side`` that holds some of ``points``, the bounding
     box of those points and the largest of their ``values``."""
     keys = np.floor(points / side).astype(np.int64)
     keys, inverse = np.unique(keys, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
-    lo = np.full((keys.shape[0], 2), np.inf)
-    hi = np.full((keys.shape[0], 2), -np.inf)
+    lo = np.full(keys.shape, np.inf)
+    hi = np.full(keys.shape, -np.inf)
     top = np.full(keys.shape[0], -np.inf)
     np.minimum.at(lo, inverse, points)
     np.maximum.at(hi, inverse, points)
@@ -111,7 +122,7 @@ BANDS = 12
 
 
 def tile_of(points, lo, hi):
-    """The tile ``(m,)`` of each of ``points`` (m, 2): the rectangle ``lo <= x < hi``
+    """The tile ``(m,)`` of each of ``points`` (m, d): the box ``lo <= x < hi``
     that holds it (a loop over the few tiles)."""
     owner = np.zeros(points.shape[0], dtype=np.int64)
     for t in range(lo.shape[0]):
@@ -121,20 +132,20 @@ def tile_of(points, lo, hi):
 
 
 def distance_to_box(points, lo, hi):
-    """Euclidean distance ``(m,)`` from ``points`` (m, 2) to the rectangle ``[lo, hi]``
+    """Euclidean distance ``(m,)`` from ``points`` (m, d) to the box ``[lo, hi]``
     (0 inside; infinite bounds allowed)."""
     gap = np.maximum(np.maximum(lo - points, points - hi), 0.0)
     return np.sqrt(np.sum(gap * gap, axis=1))
 
 
 def box_gap(lo_a, hi_a, lo_b, hi_b):
-    """Distance between the rectangles ``[lo_a, hi_a]`` and ``[lo_b, hi_b]``."""
+    """Distance between the boxes ``[lo_a, hi_a]`` and ``[lo_b, hi_b]``."""
     gap = np.maximum(np.maximum(lo_a - hi_b, lo_b - hi_a), 0.0)
     return float(np.sqrt(np.sum(gap * gap)))
 
 
 def halo_certified(seeds, psi, vertices, count, active, lo, hi, distances, tops):
-    """Whether each of the cells ``(vertices, count)`` of ``seeds`` (m, 2) at weights ``psi``,
+    """Whether each of the cells ``(vertices, count)`` of ``seeds`` (m, d) at weights ``psi``,
     computed from the tile ``[lo, hi]``'s Diracs and its halo, is a true cell.
 
     The Diracs outside the halo come in bands: those of band ``b`` are farther than
@@ -145,11 +156,10 @@ def halo_certified(seeds, psi, vertices, count, active, lo, hi, distances, tops)
     cut by no Dirac outside: the cell is exact. Bands by distance make the test local: the
     weights vary across a tile by far more than between neighbours (uniform Diracs, 2e5:
     a range of about 400 squared spacings, which one band would need a halo of 25 spacings
-    to cover). Returns a boolean per cell (inactive cells: True).
+    to cover). ``count``: see :func:`_in_use`. Returns a boolean per cell (inactive cells: True).
     """
-    cap = vertices.shape[1]
-    used = np.arange(cap)[None, :] < count[:, None]
-    squares = vertices[:, :, 0] ** 2 + vertices[:, :, 1] ** 2
+    used = _in_use(vertices, count)
+    squares = np.sum(np.where(used[:, :, None], vertices, 0.0) ** 2, axis=2)
     bands = [(reach_s, top) for reach_s, top in zip(distances, tops) if top != -np.inf]
     # per cell first: its vertices are within sqrt(r2) of its Dirac, so at most ``far`` from
     # the tile, with own powers at most ``r2 - psi``: a bound below every vertex's (and a
