@@ -111,9 +111,9 @@ def test_cells_in_one_pixel_integrated_apart(backend, box, monkeypatch):
     image = rng.random((16, 12)) * (rng.random((16, 12)) > 0.2)
     seeds = lo + (hi - lo) * rng.random((2000, 2))
     cells = planar.power_cells(npx, seeds, 1e-4 * np.prod(hi - lo) * rng.random(2000), np.ones(2000, bool), lo, hi)
-    apart = integrate._one_pixel_integrals
+    apart = integrate._polygon_integrals
     calls = []
-    monkeypatch.setattr(integrate, "_one_pixel_integrals", lambda *a: calls.append(a[1].shape[0]) or apart(*a))
+    monkeypatch.setattr(integrate, "_polygon_integrals", lambda *a: calls.append(a[1].shape[0]) or apart(*a))
     fast = integrals(backend, seeds, cells, image, lo, hi)
     if backend.name in ("jax-jit", "strict-static"):
         assert not calls                # with static shapes every cell is walked

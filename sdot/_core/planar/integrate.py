@@ -262,7 +262,7 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
 
 def _pixel_integrals(xp, seeds, vertices, count, density, lo, hi):
     """:func:`cell_integrals` against a grid of pixels: eagerly, the cells that lie in one
-    pixel in closed form (:func:`_one_pixel_integrals`), the others by the walk along their
+    pixel in closed form (:func:`_polygon_integrals`), the others by the walk along their
     edges (:func:`_cell_integrals`); traced, every cell by the walk.
 
     Cells smaller than the pixels mostly lie in one (1e5 cells on 64x64 pixels: about
@@ -282,7 +282,7 @@ def _pixel_integrals(xp, seeds, vertices, count, density, lo, hi):
         return walk(seeds, vertices, count)
     rest = xp.nonzero(pixel < 0)[0]
     values = xp.take(xp.reshape(density, (-1,)), xp.take(pixel, one))
-    m_one, f_one = _compat.blockwise(xp, lambda v, c, d: _one_pixel_integrals(xp, v, c, d),
+    m_one, f_one = _compat.blockwise(xp, lambda v, c, d: _polygon_integrals(xp, v[..., 0], v[..., 1], c, d),
                                      xp.take(vertices, one, axis=0), xp.take(count, one), values)
     n, cap = vertices.shape[:2]
     dev = aac.device(vertices)
@@ -315,25 +315,6 @@ def _pixel_of_cells(xp, seeds, vertices, count, lo, hi, shape):
         inside = inside & (low >= 0) & (high < low + 1.0) & (low < shape[axis])
         at.append(xp.astype(xp.where(inside, low, 0.0), xp.int64))
     return xp.where(inside, at[0] * shape[1] + at[1], -1)
-
-
-def _one_pixel_integrals(xp, vertices, count, c):
-    """:func:`cell_integrals` of cells that lie in one pixel each, of values ``c`` (n,):
-    the closed form of :func:`_uniform_integrals` (vertices relative to the seeds)."""
-    cap = vertices.shape[1]
-    k = xp.arange(cap, dtype=xp.int64, device=aac.device(count))[None, :]
-    valid = k < count[:, None]
-    ax, ay = vertices[..., 0], vertices[..., 1]
-    nxt = (k + 1) % xp.maximum(count, 1)[:, None]
-    bx, by = gather(ax, nxt), gather(ay, nxt)
-    w = xp.where(valid, ax * by - ay * bx, 0.0)
-    total = lambda a: _compat.row_sum(xp, a)
-    moments = [total(w) / 2.0, total(w * (ax + bx)) / 6.0, total(w * (ay + by)) / 6.0,
-               total(w * (ax * (ax + bx) + bx * bx + ay * (ay + by) + by * by)) / 12.0]
-    dx, dy = bx - ax, by - ay
-    return c[:, None] * xp.stack(moments, axis=1), c[:, None] * xp.where(valid, xp.sqrt(dx * dx + dy * dy), 0.0)
-
-
 
 
 def _far_origins(xp, vertices, count):
@@ -396,23 +377,29 @@ def _edge_integrals(xp, seeds, e, density, tables, lo, hi):
 
 @_compat.jit_on_jax()
 def _uniform_integrals(xp, seeds, vertices, count, density, lo, hi):
-    """:func:`cell_integrals` for a constant density ``c`` (a single pixel), in closed
-    form: with the edges ``(a, b)`` of a cell (relative to its seed, in the box) and
-    ``w = a_x b_y - a_y b_x``, ``mass = c/2 sum w``, ``M_x = c/6 sum w (a_x + b_x)``,
-    ``M_2 = c/12 sum w (|a|^2 + a . b + |b|^2)``; the edge integrals are ``c |b - a|``."""
-    n, cap, _ = vertices.shape
-    k = xp.arange(cap, dtype=xp.int64, device=aac.device(count))[None, :]
-    valid = k < count[:, None]
+    """:func:`cell_integrals` for a constant density (a single pixel): the closed forms of
+    :func:`_polygon_integrals` on the cells clamped to the box."""
     low, high = lo - seeds, hi - seeds      # the box, per coordinate: (n, 1) bounds clamp fast
     ax, ay = (_clamp(xp, vertices[..., i], low[:, i:i + 1], high[:, i:i + 1]) for i in range(2))
+    return _polygon_integrals(xp, ax, ay, count, xp.reshape(density, (1,)))
+
+
+def _polygon_integrals(xp, ax, ay, count, c):
+    """Moments ``(mass, M_x, M_y, M_2)`` (n, 4) and edge integrals (n, V) of the polygons of
+    vertices ``(ax, ay)`` (n, V) (relative to the seeds, ``count`` per row) for a density
+    constant on each (``c``: (n,) or (1,)), in closed form: with the edges ``(a, b)`` and
+    ``w = a_x b_y - a_y b_x``, ``mass = c/2 sum w``, ``M_x = c/6 sum w (a_x + b_x)``,
+    ``M_2 = c/12 sum w (|a|^2 + a . b + |b|^2)``; the edge integrals are ``c |b - a|``."""
+    k = xp.arange(ax.shape[1], dtype=xp.int64, device=aac.device(count))[None, :]
+    valid = k < count[:, None]
     nxt = (k + 1) % xp.maximum(count, 1)[:, None]
     bx, by = gather(ax, nxt), gather(ay, nxt)
-    c = xp.reshape(density, (1,))
     w = xp.where(valid, ax * by - ay * bx, 0.0)
     total = lambda a: _compat.row_sum(xp, a)
     moments = [total(w) / 2.0, total(w * (ax + bx)) / 6.0, total(w * (ay + by)) / 6.0,
                total(w * (ax * (ax + bx) + bx * bx + ay * (ay + by) + by * by)) / 12.0]
     dx, dy = bx - ax, by - ay
+    c = c[:, None]
     return c * xp.stack(moments, axis=1), c * xp.where(valid, xp.sqrt(dx * dx + dy * dy), 0.0)
 
 
