@@ -207,6 +207,24 @@ def sdot_driver():
     driver.framework, driver.dtype, driver.device, driver.jit_route = saved
 
 
+@pytest.fixture
+def numpy_driver(sdot_driver):
+    """``sdot.driver.framework = "numpy"`` for the test (restored after it): single-process
+    references on the NumPy core, and grids that hold NumPy values."""
+    sdot_driver.framework = "numpy"
+    return sdot_driver
+
+
+@pytest.fixture(scope="module")
+def client():
+    """The dask tests' cluster: a ``LocalCluster`` of 2 one-thread worker processes and its
+    client, one per test module, closed after it."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as c:
+        yield c
+
+
 def _activate(name, driver):
     b = Backend(name)
     driver.framework = b.framework

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 da = pytest.importorskip("dask.array")
-distributed = pytest.importorskip("distributed")
+pytest.importorskip("distributed")
 
 import sdot                                     # noqa: E402
 import sdot.dask                                # noqa: E402
@@ -21,24 +21,13 @@ from sdot._dask import tiling                   # noqa: E402
 TOL = 1e-12
 
 
-@pytest.fixture(scope="module")
-def client():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as c:
-        yield c
-
-
 def _gaussian_grid(sigma=0.3, size=32):
     t = (np.arange(size) + 0.5) / size
     return sdot.Grid(np.exp(-((t[:, None] - 0.5) ** 2 + (t[None, :] - 0.5) ** 2) / (2 * sigma ** 2)))
 
 
-@pytest.fixture(autouse=True)
-def _numpy_driver():
-    """The single-process reference runs the NumPy core (grids built here hold NumPy values)."""
-    saved, sdot.driver.framework = sdot.driver.framework, "numpy"
-    yield
-    sdot.driver.framework = saved
+#: the single-process references run the NumPy core (grids built here hold NumPy values)
+pytestmark = pytest.mark.usefixtures("numpy_driver")
 
 
 def _single(X, grid):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 da = pytest.importorskip("dask.array")
-distributed = pytest.importorskip("distributed")
+pytest.importorskip("distributed")
 
 import sdot                                     # noqa: E402
 import sdot.dask                                # noqa: E402
@@ -19,19 +19,8 @@ from sdot._dask import tiling                   # noqa: E402
 TOL = 1e-12
 
 
-@pytest.fixture(scope="module")
-def client():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as c:
-        yield c
-
-
-@pytest.fixture(autouse=True)
-def _numpy_driver():
-    """The single-process reference runs the NumPy core (grids built here hold NumPy values)."""
-    saved, sdot.driver.framework = sdot.driver.framework, "numpy"
-    yield
-    sdot.driver.framework = saved
+#: the single-process references run the NumPy core (grids built here hold NumPy values)
+pytestmark = pytest.mark.usefixtures("numpy_driver")
 
 
 def _voxels(size, *bumps, floor=0.0):

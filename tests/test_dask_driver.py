@@ -7,19 +7,12 @@ import numpy as np
 import pytest
 
 da = pytest.importorskip("dask.array")
-distributed = pytest.importorskip("distributed")
+pytest.importorskip("distributed")
 
 import sdot                                     # noqa: E402
 from sdot._driver import Driver                 # noqa: E402
 
 TOL = 1e-12
-
-
-@pytest.fixture(scope="module")
-def client():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=":0") as cluster, distributed.Client(cluster) as c:
-        yield c
 
 
 @pytest.fixture
