@@ -302,6 +302,23 @@ def test_tiny_masses_in_the_hole_of_an_annulus(sdot_driver, name):
     certified_over_six_decades(sdot_driver, name, 40, annulus(16))
 
 
+@pytest.mark.parametrize("slope", [0.05, 0.5, 3.0, 40.0])
+def test_the_next_narrowing_lands_where_the_tail_model_says(slope):
+    """After a refused narrowing ``r``, the next one puts the poorest cell at ``aim`` times
+    the admissible share if that share falls as ``now exp(-slope (r - 1))``, kept between
+    ``min_ratio`` and ``r^0.9``; no warning when the share did not fall or vanished."""
+    from sdot._core import continuation, options
+    o = options.DEFAULT
+    now, ratio = 0.4, 8.0
+    share = lambda r: now * np.exp(-slope * (r - 1.0))
+    got = float(continuation.next_ratio(np, np.float64(ratio), np.float64(share(ratio)), np.float64(now), o))
+    exact = 1.0 + np.log(now / (o.aim * o.admissible)) / slope
+    assert got == pytest.approx(min(max(exact, o.min_ratio), ratio ** 0.9), rel=1e-12)
+    with np.errstate(all="raise"):
+        assert float(continuation.next_ratio(np, np.float64(ratio), np.float64(now), np.float64(now), o)) == ratio ** 0.9
+        assert float(continuation.next_ratio(np, np.float64(ratio), np.float64(0.0), np.float64(now), o)) == o.min_ratio
+
+
 @pytest.mark.parametrize("kind", ["collinear", "boundary", "lattice", "repeated"])
 def test_degenerate_dirac_sets(eager_backend, kind):
     rng = np.random.default_rng(3)

@@ -18,6 +18,8 @@ values: elementary operations of every array library.
 """
 from __future__ import annotations
 
+import math
+
 import array_api_compat as aac
 
 
@@ -55,3 +57,22 @@ def blurred_in_pixels(xp, density, *widths):
         b = blur_matrix(xp, density.shape[axis], width, density)
         out = xp.moveaxis(xp.tensordot(b, out, axes=([1], [axis])), 0, axis)
     return out
+
+
+def next_ratio(xp, ratio, worst, now, options):
+    """The next narrowing factor to try after ``ratio`` left a cell with only ``worst`` of
+    its target (below ``options.admissible``; ``now``, the poorest share at the current
+    width).
+
+    A cell beyond the support's edge, ``d`` from it, holds the blur's tail, about
+    ``exp(-d / s)``: narrowing ``s`` by ``r`` divides its share by ``exp((r - 1) d / s)``,
+    so ``log(share)`` falls linearly in ``r``. The line through ``(1, now)`` and ``(ratio,
+    worst)`` gives the ``r`` at which the poorest cell would hold ``options.aim`` times the
+    admissible share; it is kept between ``options.min_ratio`` and ``ratio^0.9``.
+    """
+    tiny = xp.finfo(worst.dtype).smallest_normal
+    fall = xp.log(xp.maximum(now, tiny)) - xp.log(xp.maximum(worst, tiny))
+    slope = xp.maximum(fall, 1e-6) / xp.maximum(ratio - 1.0, 1e-6)
+    room = xp.log(xp.maximum(now, tiny)) - math.log(options.aim * options.admissible)
+    guess = 1.0 + xp.maximum(room, 0.0) / slope
+    return xp.maximum(xp.minimum(guess, ratio ** 0.9), options.min_ratio)

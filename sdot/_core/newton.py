@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, geometry
+from . import _compat, continuation, geometry
 from .options import DEFAULT, DIAGRAM
 
 
@@ -374,6 +374,8 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
     dev = aac.device(psi)
     side = xp.max(prob.hi - prob.lo)
     spread = _masked_min(xp, targets, active) / xp.max(xp.where(active, targets, 0.0))
+    dim = prob.seeds.shape[1]           # the Diracs' mean spacing, (volume / n)^(1/d)
+    spacing = (xp.prod(prob.hi - prob.lo) / xp.maximum(xp.sum(xp.astype(active, psi.dtype)), 1.0)) ** (1.0 / dim)
 
 
     def goal(width):
@@ -439,31 +441,41 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
                            overflowed=st.overflowed | overflowed)
 
     def narrowed(st):
-        """The next width: 0 if the current cells are admissible for the density itself,
-        else the largest ``width / r`` admissible, ``r`` from ``st.ratio`` down to
-        ``options.min_ratio`` by square roots (the last one taken even if not admissible)."""
+        """The next width: the largest ``width / r`` admissible, ``r`` from ``st.ratio`` down
+        to ``options.min_ratio`` (the last one taken even if not admissible), each next ``r``
+        from :func:`.continuation.next_ratio`; 0 instead if that first ``r`` was admissible
+        and the density itself is too."""
         def at(width):
             ev = integrals_at(xp, prob, st.ev.cells, width)
-            return _worst_ratio(xp, ev.moments, goal(width), active) >= options.admissible, ev
+            worst = _worst_ratio(xp, ev.moments, goal(width), active)
+            return worst >= options.admissible, ev, worst
 
         def width_for(ratio):
             return xp.where(st.width / ratio > options.min_width * side, st.width / ratio, 0.0)
 
-        def search():
-            def cond(state):
-                ratio, ok, _, tried = state
-                return ~tried | (~ok & (ratio > options.min_ratio))
+        now = _worst_ratio(xp, st.ev.moments, goal(st.width), active)
 
-            def body(state):
-                ratio = xp.where(state[3], xp.maximum(xp.sqrt(state[0]), options.min_ratio), state[0])
-                return (ratio,) + at(width_for(ratio)) + (xp.asarray(True, device=dev),)
-            no = xp.asarray(False, device=dev)
-            ratio, _, ev, _ = _compat.while_loop(cond, body, (st.ratio, no, st.ev, no))
-            return width_for(ratio), xp.minimum(2.0 * ratio, options.max_ratio), ev
+        def cond(state):
+            ratio, ok, _, _, tries = state
+            return (tries == 0) | (~ok & (ratio > options.min_ratio))
 
-        ev0 = integrals_at(xp, prob, st.ev.cells, xp.zeros_like(st.width))
-        to_zero = _worst_ratio(xp, ev0.moments, targets, active) >= options.final_admissible
-        width, ratio, ev = _compat.cond(to_zero, lambda: (xp.zeros_like(st.width), st.ratio, ev0), search)
+        def body(state):
+            ratio, _, _, worst, tries = state
+            ratio = xp.where(tries > 0, continuation.next_ratio(xp, ratio, worst, now, options), ratio)
+            return (ratio,) + at(width_for(ratio)) + (tries + 1,)
+        no, zero = xp.asarray(False, device=dev), xp.zeros_like(st.it)
+        ratio, ok, ev, worst, tries = _compat.while_loop(cond, body, (st.ratio, no, st.ev, now, zero))
+        width = width_for(ratio)
+
+        # the density itself, if the first narrowing was admissible and it is too (tried
+        # only near the Diracs' spacing, or where the narrowing cost the poorest cell little)
+        def at_zero():
+            ev0 = integrals_at(xp, prob, st.ev.cells, xp.zeros_like(st.width))
+            return _worst_ratio(xp, ev0.moments, targets, active) >= options.final_admissible, ev0
+        near = (st.width <= options.zero_check * spacing) | (worst >= 0.5 * now)
+        to_zero, ev0 = _compat.cond(ok & (tries == 1) & (width > 0) & near, at_zero, lambda: (no, ev))
+        width, ev = _compat.cond(to_zero, lambda: (xp.zeros_like(width), ev0), lambda: (width, ev))
+        ratio = xp.minimum(2.0 * ratio - 1.0, options.max_ratio)
         # the narrowest width reached, the density itself next: cells left in its zero region are lifted
         psi, ev = _compat.cond((width == 0) & ~to_zero, lambda: lifted(xp, prob, st.psi, ev, active, targets, options),
                                lambda: (st.psi, ev))

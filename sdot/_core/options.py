@@ -105,10 +105,17 @@ class NewtonOptions:
     min_width: float = 1e-5
     #: Narrowing factor of the width first tried.
     first_ratio: float = 4.0
-    #: Largest narrowing factor (after a stage, twice the last one, at most this).
+    #: Largest narrowing factor (after a stage, ``2 r - 1`` of the last one ``r``, at most this).
     max_ratio: float = 16.0
-    #: Smallest narrowing factor (the search takes square roots down to it).
+    #: Smallest narrowing factor.
     min_ratio: float = 1.2
+    #: The narrowing tried after a refused one aims at this many times ``admissible`` for
+    #: the poorest cell (:func:`.continuation.next_ratio`).
+    aim: float = 1.5
+    #: After a narrowing, the density itself is tried only at widths below this many mean
+    #: spacings of the Diracs (above, a cell beyond the support's edge holds nothing of it;
+    #: each try is a pass of integrals).
+    zero_check: float = 2.0
     #: Margin of the similarity start in the support's box (a share of its sides).
     start_margin: float = 0.1
     #: Quantile of the Diracs' coordinates that bounds the box the similarity start moves
