@@ -104,6 +104,51 @@ def test_cells_match_qhull(backend, weighted):
                                    rtol=1e-11, atol=1e-14)
 
 
+@pytest.mark.parametrize("weights", ["equal", "some hidden", "lattice"])
+def test_cells_read_in_slabs_match_qhull(weights, monkeypatch):
+    """The triangulation read in slabs on the threads (from 50 seeds and 1 spacing deep here):
+    the cells of seeds near the slabs' sides, cut by seeds beyond them, are clipped again,
+    and every cell equals scipy's half-space intersection; the volume sum certifies them."""
+    from sdot._core import geometry
+    from sdot._core._compat.host_only import slabs_3d, threads
+    from sdot._core.spatial import diagram, triangulated
+
+    rng = np.random.default_rng(8)
+    if weights == "lattice":                       # cospherical: ties between the slabs
+        g = (np.arange(7) + 0.5) / 7
+        seeds = np.stack(np.meshgrid(g, g, g, indexing="ij"), -1).reshape(-1, 3)
+    else:
+        seeds = rng.random((300, 3))
+    n = len(seeds)
+    psi = 0.05 * rng.random(n) if weights == "some hidden" else np.zeros(n)
+    lo, hi = np.zeros(3), np.ones(3)
+    monkeypatch.setattr(slabs_3d, "SLABS_FROM", 50)
+    monkeypatch.setattr(slabs_3d, "SLAB_OVERLAP", 1.0)         # thin: seeds beyond the slabs cut cells
+    read = []
+    original = triangulated.triangulated_cells
+    monkeypatch.setattr(diagram, "triangulated_cells", lambda *a, **k: read.append(original(*a, **k)) or read[-1])
+    active = np.ones(n, bool)
+    with threads.host_settings(threads=3):
+        cells = diagram.regular_cells(np, seeds, psi, active, lo, hi, diagram.CAPACITY)
+    # read in slabs; the lattice's hull faces are cut into triangles one way in a slab and
+    # another in the whole: read at once instead
+    assert [r[2] for r in read] == [weights != "lattice"] and bool(cells.certified)
+    moments, facet = geometry.of(3).integrate.cell_integrals(np, seeds, cells, np.ones((1, 1, 1)), lo, hi)
+    ref = scipy_cells(seeds, psi, lo, hi)
+    assert weights != "some hidden" or any(r[0] == 0 for r in ref)
+    np.testing.assert_allclose(moments[:, 0], [r[0] for r in ref], rtol=0, atol=1e-13)
+    np.testing.assert_allclose(moments[:, 1:4], np.array([r[1] for r in ref]), rtol=0, atol=1e-13)
+    for i, (_, _, areas) in enumerate(ref):
+        got = {}
+        for k in range(int(cells.count[i])):
+            if facet[i, k] != 0:
+                got[int(cells.labels[i, k])] = got.get(int(cells.labels[i, k]), 0.0) + facet[i, k]
+        got = {a: v for a, v in got.items() if abs(v) > 1e-14}      # (a lattice's cells meet along edges)
+        assert set(got) == set(a for a, v in areas.items() if v > 1e-14), i
+        np.testing.assert_allclose([got[k] for k in sorted(got)], [areas[k] for k in sorted(got)], rtol=1e-11,
+                                   atol=1e-14)
+
+
 @pytest.mark.parametrize("name", ["numpy", "torch"])
 def test_few_invalid_moved_cells_are_reclipped_locally(name, monkeypatch):
     """Cells moved to weights that flip a few of them: the invalid ones and their

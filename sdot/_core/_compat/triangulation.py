@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .host_only import cells_3d
+from .host_only import slabs_3d
 from .host_only import triangulation as host_triangulation
 from .arrays import dot
 from .host import from_host, host_callback, host_view, is_traced, on_host
@@ -62,13 +62,15 @@ def regular_neighbours(xp, points, weights, active):
     return None if table is None else from_host(xp, table, points)
 
 
-def regular_cell_combinatorics(xp, points, weights, active, f_cap: int, v_cap: int):
+def regular_cell_combinatorics(xp, points, weights, active, f_cap: int, v_cap: int, slabs: int | None = None):
     """The 3D power cells' combinatorics read off the regular triangulation of the active
     ``points`` with ``weights`` (None: equal weights, Delaunay), in ``f_cap`` facet and
     ``v_cap`` vertex slots: a dict of arrays, see
-    :func:`.host_only.cells_3d.cell_combinatorics`. Eagerly on the host only (scipy's
-    Qhull); None otherwise or if Qhull fails."""
-    found = on_host(lambda p, a, *w: cells_3d.cell_combinatorics(p, w[0] if w else None, a, f_cap, v_cap),
+    :func:`.host_only.cells_3d.cell_combinatorics`, read in ``slabs`` slabs on the threads
+    (default: one per thread, see :mod:`.host_only.slabs_3d`; then ``slabs`` in the dict
+    is true and the cells are to be certified). Eagerly on the host only (scipy's Qhull);
+    None otherwise or if Qhull fails."""
+    found = on_host(lambda p, a, *w: slabs_3d.slab_cell_combinatorics(p, w[0] if w else None, a, f_cap, v_cap, slabs),
                     points, active, *(() if weights is None else (weights,)))
     return None if found is None else {k: from_host(xp, v, points) for k, v in found.items()}
 

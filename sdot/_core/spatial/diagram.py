@@ -199,14 +199,22 @@ def regular_cells(xp, seeds, psi, active, lo, hi, capacity: int):
     equal = _compat.on_host(lambda w, a: bool(a.any()) and float(w[a].max() - w[a].min()) == 0.0, psi, active)
     if equal is None:
         return None
-    built = triangulated_cells(xp, seeds, psi, active, lo, hi, capacity, equal=equal, clipped_rows=lambda rows, t:
-                               _clipped_rows(xp, seeds, psi, active, lo, hi, capacity, rows, t))
-    if built is None:
-        return None
-    cells, table = built
-    hidden = active & (table[:, 0] < 0) & (xp.sum(xp.astype(active, xp.int64)) > 1)
-    return cells._replace(size=xp.where(hidden, 0, cells.size), count=xp.where(hidden, 0, cells.count),
-                          certified=xp.asarray(True, device=aac.device(seeds)))
+    def built(slabs=None):
+        found = triangulated_cells(xp, seeds, psi, active, lo, hi, capacity, equal=equal, slabs=slabs,
+                                   clipped_rows=lambda rows, t: _clipped_rows(xp, seeds, psi, active, lo, hi, capacity,
+                                                                              rows, t))
+        if found is None:
+            return None
+        cells, table, slabbed = found
+        hidden = active & (table[:, 0] < 0) & (xp.sum(xp.astype(active, xp.int64)) > 1)
+        cells = cells._replace(size=xp.where(hidden, 0, cells.size), count=xp.where(hidden, 0, cells.count),
+                               certified=xp.asarray(True, device=aac.device(seeds)))
+        # read in slabs: supersets of the true cells, exact if their volumes tile the box (cells
+        # that overflow their slots are built again with more by the caller)
+        if not slabbed or _compat.host_any(xp, cells.overflow | _volumes_tile(xp, integrate.volumes(xp, cells), lo, hi)):
+            return cells
+        return built(slabs=1)
+    return built()
 
 
 def _grown_if_overflowing(xp, cells, seeds, psi, active, lo, hi, candidates, capacity, previous, stop_if_empty,

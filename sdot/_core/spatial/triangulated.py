@@ -23,14 +23,19 @@ from .kinetic import cramer
 from .polyhedra import Cells, clip, live_vertices, vertex_slots
 
 
-def triangulated_cells(xp, seeds, psi, active, lo, hi, capacity: int, clipped_rows, equal: bool = False):
+def triangulated_cells(xp, seeds, psi, active, lo, hi, capacity: int, clipped_rows, equal: bool = False,
+                       slabs: int | None = None):
     """Every cell from the regular triangulation (see the module docstring), or None if
     there is no host or Qhull fails. ``equal``: the active weights are equal (Delaunay).
     ``clipped_rows(rows, table_rows)``: the cells of the seeds ``rows`` clipped from the box
-    by ``table_rows``, for the cells that cannot be read off. Returns ``(cells, table)``,
-    ``table`` (n, W) the neighbours of every seed (-1 padding), uncertified cells."""
+    by ``table_rows``, for the cells that cannot be read off. ``slabs``: the triangulation is
+    read in that many slabs (default: one per thread from
+    :data:`.._compat.host_only.slabs_3d.SLABS_FROM` seeds, 1: at once). Returns ``(cells,
+    table, slabbed)``, ``table`` (n, W) the neighbours of every seed (-1 padding),
+    uncertified cells, ``slabbed`` whether they were read in slabs (then supersets of the
+    true cells, certified by the volume sum)."""
     part = _compat.regular_cell_combinatorics(xp, seeds, None if equal else psi, active, capacity,
-                                              vertex_slots(capacity))
+                                              vertex_slots(capacity), slabs)
     if part is None:
         return None
     dev = aac.device(seeds)
@@ -52,7 +57,7 @@ def triangulated_cells(xp, seeds, psi, active, lo, hi, capacity: int, clipped_ro
         fixed = clipped_rows(redo, xp.take(part["table"], redo, axis=0))
         cells = cells._replace(**{f: _compat.put_rows(xp, getattr(cells, f), redo, getattr(fixed, f))
                                   for f in cells._fields if f != "certified"})    # arrays made here: in place
-    return cells, part["table"]
+    return cells, part["table"], bool(part["slabs"])
 
 
 def _inside_the_box(xp, seeds, lo, hi, cells):

@@ -51,9 +51,10 @@ def regular_tetrahedra(p, psi, active):
     return tets.astype(np.int64), across.astype(np.int64)
 
 
-def cell_combinatorics(p, psi, active, f_cap: int, v_cap: int):
+def cell_combinatorics(p, psi, active, f_cap: int, v_cap: int, found=None):
     """The cells of the seeds ``p`` (n, 3) at weights ``psi`` from their regular
-    triangulation (see the module docstring), in ``f_cap`` facet and ``v_cap`` vertex slots.
+    triangulation (see the module docstring), in ``f_cap`` facet and ``v_cap`` vertex slots
+    (``found``: that triangulation, :func:`regular_tetrahedra`, if made already).
 
     Returns
     -------
@@ -72,7 +73,7 @@ def cell_combinatorics(p, psi, active, f_cap: int, v_cap: int):
         ``i V + slot`` (-1: an open cell's).
     """
     n = len(p)
-    found = regular_tetrahedra(p, psi, active)
+    found = regular_tetrahedra(p, psi, active) if found is None else found
     if found is None:
         return None
     tets, across = found
