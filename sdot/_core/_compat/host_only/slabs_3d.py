@@ -150,7 +150,7 @@ def _violations(p, psi, outside, tets, axis, reach):
     y = p[tets]
     w = np.zeros(tets.shape, p.dtype) if psi is None else psi[tets]
     w_out = np.zeros(outside.size, p.dtype) if psi is None else psi[outside]
-    w_max = float(w_out.max(initial=0.0)) if psi is not None and outside.size else 0.0
+    w_max = float(w_out.max()) if psi is not None and outside.size else 0.0
     d = y[:, 1:, :] - y[:, :1, :]
     b = 0.5 * (np.einsum("mkj,mkj->mk", d, d) + w[:, :1] - w[:, 1:])
     c12, c20, c01 = np.cross(d[:, 1], d[:, 2]), np.cross(d[:, 2], d[:, 0]), np.cross(d[:, 0], d[:, 1])
@@ -167,8 +167,11 @@ def _violations(p, psi, outside, tets, axis, reach):
     centre, radius2 = y[which, 0, :] + c[which], radius2[which]
     if not (np.all(np.isfinite(centre)) and np.all(np.isfinite(radius2))):
         return None
-    # |c - y_j|^2 - psi_j < r^2 needs |c - y_j|^2 < r^2 + max psi
-    near = cKDTree(p[outside]).query_ball_point(centre, np.sqrt(np.maximum(radius2 + w_max, 0.0)))
+    # |c - y_j|^2 - psi_j < r^2 if and only if the lifted (y_j, sqrt(max psi - psi_j)) is nearer to
+    # (c, 0) than sqrt(r^2 + max psi): a ball in 4D holds exactly the seeds that cut
+    lifted = np.column_stack([p[outside], np.sqrt(np.maximum(w_max - w_out, 0.0))])
+    centre4 = np.column_stack([centre, np.zeros(len(centre))])
+    near = cKDTree(lifted).query_ball_point(centre4, np.sqrt(np.maximum(radius2 + w_max, 0.0)))
     size = np.fromiter((len(a) for a in near), np.int64, len(near))
     if size.sum() == 0:
         return none
