@@ -25,9 +25,9 @@ import numpy as np
 from .cells_3d import cell_combinatorics, regular_tetrahedra
 from .threads import map_on_threads, settings
 
-#: Active seeds from which the combinatorics are read in slabs (one per thread): at 1e4 a
-#: whole triangulation takes 0.2-0.3 s.
-SLABS_FROM = 20_000
+#: Active seeds from which the combinatorics are read in slabs (one per thread): box3d
+#: solves at 1e4 seeds 2.57-3.03 s whole, 2.36-2.75 s in slabs (3 runs each); the same at 5e3.
+SLABS_FROM = 8_000
 #: Depth of each slab's seeds beyond its sides, in mean spacings of the seeds.
 SLAB_OVERLAP = 3.0
 #: Seeds beyond its slab that an unbounded cell there is clipped by (it is bounded in the whole).
