@@ -104,7 +104,7 @@ def test_cells_match_qhull(backend, weighted):
                                    rtol=1e-11, atol=1e-14)
 
 
-@pytest.mark.parametrize("weights", ["equal", "some hidden", "lattice"])
+@pytest.mark.parametrize("weights", ["equal", "some hidden", "lattice", "clustered", "outside"])
 def test_cells_read_in_slabs_match_qhull(weights, monkeypatch):
     """The triangulation read in slabs on the threads (from 50 seeds and 1 spacing deep here):
     the cells of seeds near the slabs' sides, cut by seeds beyond them, are clipped again,
@@ -117,6 +117,10 @@ def test_cells_read_in_slabs_match_qhull(weights, monkeypatch):
     if weights == "lattice":                       # cospherical: ties between the slabs
         g = (np.arange(7) + 0.5) / 7
         seeds = np.stack(np.meshgrid(g, g, g, indexing="ij"), -1).reshape(-1, 3)
+    elif weights == "clustered":                   # a hundred seeds in a cube 1e-3 wide
+        seeds = np.concatenate([rng.random((200, 3)), 0.6 + 1e-3 * rng.random((100, 3))])
+    elif weights == "outside":                     # a third of them outside the box
+        seeds = 1.6 * rng.random((300, 3)) - 0.3
     else:
         seeds = rng.random((300, 3))
     n = len(seeds)
@@ -189,17 +193,29 @@ def test_few_invalid_moved_cells_are_reclipped_locally(name, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
-def test_reference_box3d_1e3(sdot_driver, name):
+@pytest.mark.parametrize("slabs", [False, True])
+def test_reference_box3d_1e3(sdot_driver, name, slabs, monkeypatch):
     """The C++ solvers' W2^2 for 1,000 uniform points in the unit cube, to 1e-8 (under
-    ``jax.jit``: :func:`test_jit_value_and_gradient_equal_eager`)."""
+    ``jax.jit``: :func:`test_jit_value_and_gradient_equal_eager`); with ``slabs``, every
+    triangulation read in slabs (2e4 seeds by default), thin ones."""
     from conftest import _activate
 
+    from sdot._core._compat.host_only import slabs_3d, threads
+
+    read = []
+    if slabs:
+        monkeypatch.setattr(slabs_3d, "SLABS_FROM", 100)
+        monkeypatch.setattr(slabs_3d, "SLAB_OVERLAP", 1.5)
+        original = slabs_3d._slab
+        monkeypatch.setattr(slabs_3d, "_slab", lambda *a: read.append(1) or original(*a))
+        monkeypatch.setattr(slabs_3d, "settings", lambda: threads.HostSettings(threads=2))
     backend = _activate(name, sdot_driver)
     pts = np.load(DATA / "points_3d_1000.npy")
     plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(backend.asarray(pts)),
                                        sdot.Grid(backend.asarray(np.ones((1, 1, 1)))))
     assert float(plan.distance) == pytest.approx(REF_BOX3D_1E3, rel=1e-8)
     assert int(plan.iterations) <= 8
+    assert bool(read) == slabs
 
 
 def test_jit_value_and_gradient_equal_eager():

@@ -113,8 +113,9 @@ class NewtonOptions:
     #: the poorest cell (:func:`.continuation.next_ratio`).
     aim: float = 1.5
     #: After a narrowing, the density itself is tried only at widths below this many mean
-    #: spacings of the Diracs (above, a cell beyond the support's edge holds nothing of it;
-    #: each try is a pass of integrals).
+    #: spacings of the Diracs, or where the narrowing cost the poorest cell less than half its
+    #: share (a density the blur hardly changes); elsewhere a cell beyond the support's edge
+    #: holds nothing of it, and each try is a pass of integrals.
     zero_check: float = 2.0
     #: Margin of the similarity start in the support's box (a share of its sides).
     start_margin: float = 0.1

@@ -97,44 +97,40 @@ def _slab(p, psi, keep, hull, f_cap, v_cap, out, members, own, axis, reach):
         return None
     tets, across = found
     near = own[tets].any(axis=1)                    # the tetrahedra around the slab's own seeds
+    around, around_seeds = tets[near], members[tets[near]]
     outside = np.setdiff1d(keep, members, assume_unique=True)
-    cutting = _violations(p, psi, outside, members[tets[near]], axis, reach)
+    cutting = _violations(p, psi, outside, around_seeds, axis, reach)
     if cutting is None:
         return None
     part = cell_combinatorics(pm, wm, ones, f_cap, v_cap, found=found)
     # own seeds of a tetrahedron with a seed outside in its power sphere: cut by that seed
     t_bad, j_bad = cutting
-    corner = own[tets[near][t_bad]]
-    cut, by = members[tets[near][t_bad]][corner], np.repeat(j_bad, corner.sum(axis=1))
+    corner = own[around[t_bad]]
+    cut, by = around_seeds[t_bad][corner], np.repeat(j_bad, corner.sum(axis=1))
     # own seeds on a face with no tetrahedron across that is not on the hull: the nearest outside
     t, k = np.nonzero(across[near] < 0)
-    faces = np.sort(members[np.stack([tets[near][t, (k + j) % 4] for j in (1, 2, 3)], axis=1)], axis=1)
+    faces = np.sort(np.stack([around_seeds[t, (k + j) % 4] for j in (1, 2, 3)], axis=1), axis=1)
     loose = np.unique(faces[~np.isin(_keys(faces, len(p)), hull)])
-    loose = loose[np.isin(loose, members[own])]
+    rows = members[own]
+    loose = loose[np.isin(loose, rows)]
     if loose.size and outside.size:
         from scipy.spatial import cKDTree
 
         k = min(OPEN_CANDIDATES, outside.size)
         nearest = outside[np.asarray(cKDTree(p[outside]).query(p[loose], k=k)[1]).reshape(loose.size, k)]
         cut, by = np.concatenate([cut, np.repeat(loose, k)]), np.concatenate([by, nearest.reshape(-1)])
-    rows = members[own]
 
     def glob(a):
         return np.where(a >= 0, members[np.maximum(a, 0)], a)
     vertex = part["vertex"][near]
     local, slot = vertex // v_cap, vertex % v_cap
     mine = (vertex >= 0) & own[np.maximum(local, 0)]
-    table, redo = glob(part["table"][own]), np.isin(rows, cut)
-    if redo.any():
-        extended = _with_candidates(table[redo], rows[redo], cut, by)
-        table = np.pad(table, ((0, 0), (0, max(0, extended.shape[1] - table.shape[1]))), constant_values=-1)
-        table[np.flatnonzero(redo)] = np.pad(extended, ((0, 0), (0, table.shape[1] - extended.shape[1])),
-                                             constant_values=-1)
+    table, redo = _with_candidates(glob(part["table"][own]), rows, cut, by)
     for name in ("count", "corners", "adjacent", "size"):
         out[name][rows] = part[name][own]
     out["labels"][rows] = glob(part["labels"][own])
     out["open"][rows] = part["open"][own] | redo
-    return dict(rows=rows, table=table, tetrahedra=members[tets[near]],
+    return dict(rows=rows, table=table, tetrahedra=around_seeds,
                 vertex=np.where(mine, members[np.maximum(local, 0)] * v_cap + slot, -1))
 
 
@@ -182,17 +178,22 @@ def _violations(p, psi, outside, tets, axis, reach):
 
 
 def _with_candidates(table, rows, seeds, extra):
-    """``table`` (r, W) of the seeds ``rows`` with each seed's ``extra`` candidates
-    (pairs ``seeds, extra``) added, ascending, without repeats, -1 padding."""
-    pairs = np.concatenate([np.stack([np.repeat(rows, table.shape[1]), table.reshape(-1)], 1),
+    """``table`` (r, W) of the seeds ``rows`` (ascending) with the candidates ``extra`` of
+    the seeds ``seeds`` added to their rows (ascending, without repeats, -1 padding), and
+    which rows changed."""
+    redo = np.isin(rows, seeds)
+    if not redo.any():
+        return table, redo
+    sub = np.flatnonzero(redo)
+    pairs = np.concatenate([np.stack([np.repeat(rows[sub], table.shape[1]), table[sub].reshape(-1)], 1),
                             np.stack([seeds, extra], 1)])
     pairs = np.unique(pairs[pairs[:, 1] >= 0], axis=0)
-    where = np.searchsorted(rows, pairs[:, 0])
-    count = np.bincount(where, minlength=rows.size)
-    slot = np.arange(len(pairs)) - np.repeat(np.cumsum(count) - count, count)
-    out = np.full((rows.size, max(int(count.max(initial=0)), 1)), -1, np.int64)
+    where = sub[np.searchsorted(rows[sub], pairs[:, 0])]
+    slot = np.arange(len(pairs)) - np.searchsorted(where, where)        # (pairs by row, ascending)
+    out = np.pad(table, ((0, 0), (0, max(int(slot.max()) + 1 - table.shape[1], 0))), constant_values=-1)
+    out[sub] = -1
     out[where, slot] = pairs[:, 1]
-    return out
+    return out, redo
 
 
 def _keys(faces, n):
