@@ -161,9 +161,10 @@ def test_background_work_runs_on_a_thread_of_its_own_on_numpy(name):
 
 
 def test_the_solve_computes_the_hiding_fans_during_the_linear_solve(sdot_driver, monkeypatch):
-    """Eagerly on NumPy the Newton step computes the hiding step's fans on the background
-    thread while the host solves for the direction; the solve is the same as with
-    everything on the caller's threads (one worker thread: no background)."""
+    """Eagerly on NumPy the Newton step computes the hiding step's fans (at the first step
+    and after damped ones) on the background thread while the host solves for the
+    direction; the solve is the same as with everything on the caller's threads (one
+    worker thread: no background)."""
     import threading
 
     import sdot
@@ -175,7 +176,7 @@ def test_the_solve_computes_the_hiding_fans_during_the_linear_solve(sdot_driver,
     x = rng.random((3000, 2))
     with host_threads.host_settings(threads=2):
         plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(np.ones((4, 4))), tol=1e-9)
-    assert len(names) == int(plan.iterations) >= 3
+    assert 1 <= len(names) < int(plan.iterations) and int(plan.iterations) >= 3
     assert all(n.startswith("sdot-background") for n in names)
     names.clear()
     with host_threads.host_settings(threads=1):

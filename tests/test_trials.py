@@ -94,10 +94,12 @@ def test_abandoned_trials_leave_the_solve_unchanged(eager_backend, n, monkeypatc
 
 @pytest.mark.parametrize("name", ["numpy", "torch"])
 def test_first_trials_stay_below_the_hiding_step(name, sdot_driver, monkeypatch):
-    """Every accepted step is at most ``hiding_margin`` (of the default options) of the step
-    that certainly hides a seed, and on the Gaussian image (1000 points) the solve evaluates
-    fewer diagrams than by shrinking ``t`` from ``min(1, 4 t)`` alone (``hiding_margin``
-    infinite), in no more steps. (Eager backends, where the steps can be read on the host.)"""
+    """The step that certainly hides a seed is found at the first step and after every
+    damped one (not after a full step at the density itself), and the step then accepted
+    is at most ``hiding_margin`` (of the default options) of it; on the Gaussian image
+    (1000 points) the solve evaluates fewer diagrams than by shrinking ``t`` from ``min(1,
+    4 t)`` alone (``hiding_margin`` infinite), in no more steps. (Eager backends, where the
+    steps can be read on the host.)"""
     backend = Backend(name)
     sdot_driver.framework = backend.framework
     limits, steps = [], []
@@ -118,7 +120,9 @@ def test_first_trials_stay_below_the_hiding_step(name, sdot_driver, monkeypatch)
         plan = gaussian_plan(backend, 1000, newton_options, log)
         assert bool(plan.converged)
         runs[margin] = (int(plan.iterations), len(calls))
-    assert len(limits) == len(steps) - 1 == int(plan.iterations)
-    assert all(t <= default * h for t, h in zip(steps[1:], limits))
+    assert len(steps) - 1 == int(plan.iterations)
+    bounded = [t for k, t in enumerate(steps[1:]) if k == 0 or steps[k] < 1.0]
+    assert len(limits) == len(bounded) < int(plan.iterations)
+    assert all(t <= default * h for t, h in zip(bounded, limits))
     assert runs[default][0] <= runs[np.inf][0]
     assert runs[default][1] < runs[np.inf][1], runs

@@ -418,12 +418,20 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
     def newton_step(st):
         stage_prob = at_width(st.width)
         _, norm0 = error(st.ev.moments, st.width)
-        # the hiding step's fans, eagerly on NumPy on another core during the host's sparse solve
-        fans = _compat.in_background(lambda: geometry.of_seeds(prob.seeds).fans(xp, prob.seeds, st.psi, active, st.ev.cells), st.psi)
+        # the hiding step bounds the first trial of the first step, of the steps after a
+        # damped one and of the continuation's (after a full step at width 0 a full step
+        # rarely hides a seed, and the bound costs a pass over the cells); its fans,
+        # eagerly on NumPy, on another core during the host's sparse solve
+        geom = geometry.of_seeds(prob.seeds)
+        bounded = (st.it == 0) | (st.t < 1.0) | (st.width > 0)
+        fans = None
+        if not _compat.is_traced(bounded) and bool(bounded):
+            fans = _compat.in_background(lambda: geom.fans(xp, prob.seeds, st.psi, active, st.ev.cells), st.psi)
         d = newton_direction(xp, prob, st.ev, active, goal(st.width) - st.ev.moments[:, 0], options.regularisation, solver,
                              _linear_rtol(xp, tol, norm0, options.forcing, spread),
                              fresh=st.it == 0)
-        hidden_at = geometry.of_seeds(prob.seeds).hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans)
+        hidden_at = _compat.cond(bounded, lambda: geom.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans),
+                                 lambda: xp.full_like(st.first, xp.inf))
         t1 = xp.minimum(st.first, options.hiding_margin * hidden_at)
         # a failed linear solve gives a non-finite direction: no trial
         no = xp.asarray(False, device=dev)

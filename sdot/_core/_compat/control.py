@@ -108,10 +108,10 @@ def blockwise(xp, fn, *arrays):
     return xp.concat(parts, axis=0)
 
 
-def slotwise(xp, fn, count, rowwise, slotted, fills):
+def slotwise(xp, fn, count, rowwise, slotted, fills, slots=None):
     """``fn(count, *rowwise, *slotted)`` (by :func:`blockwise`), eagerly on NumPy and
-    torch on the first ``settings().narrow`` slots of every row, then again on all
-    slots of the few rows with more vertices.
+    torch on the first ``slots`` (default ``settings().narrow``) slots of every row, then
+    again on all slots of the few rows with more vertices.
 
     For kernels over cells of ``V`` vertex slots (most of them empty) that read the
     slots ``k < count`` of ``slotted`` (arrays ``(n, V, ...)``) and nothing beyond, and
@@ -123,7 +123,7 @@ def slotwise(xp, fn, count, rowwise, slotted, fills):
     on the narrow slots takes about half the time of one on all (bench/LOG.md).
     """
     n, cap = slotted[0].shape[:2]
-    slots = host_threads.settings().narrow
+    slots = host_threads.settings().narrow if slots is None else slots
     if cap <= slots or not (aac.is_numpy_array(count) or aac.is_torch_array(count)):
         return blockwise(xp, fn, count, *rowwise, *slotted)
     wide = count > slots

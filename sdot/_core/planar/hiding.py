@@ -12,6 +12,7 @@ from __future__ import annotations
 import array_api_compat as aac
 
 from .. import _compat
+from ..hiding import first_hidden
 from .polygons import offsets
 
 
@@ -47,7 +48,7 @@ def hiding_step(xp, seeds, psi, d, active, cells, fans_at_psi=None):
     if fans_at_psi is None:
         fans_at_psi = fans(xp, seeds, psi, active, cells)
     corners, weights, gap = _compat.background_result(fans_at_psi)
-    return _first_hidden(xp, d, active, corners, weights, gap)
+    return first_hidden(xp, d, active, corners, weights, gap)
 
 
 @_compat.jit_on_jax()
@@ -80,13 +81,3 @@ def _fan_geometry(xp, seeds, psi, active, rows, labels, count):
     corners = xp.concat([xp.take_along_axis(safe, first, axis=1),
                          xp.take_along_axis(safe, xp.concat([kept, kept + 1], axis=1), axis=1)], axis=1)
     return corners, xp.stack([1.0 - lb - lc, lb, lc], axis=1), gap
-
-
-@_compat.jit_on_jax()
-def _first_hidden(xp, d, active, corners, weights, gap):
-    """The smallest ``t`` of :func:`hiding_step` from its :func:`fans`: over a cell's
-    triangle ``a, b, c`` the height is ``gap + t slope``, ``slope = l_a d_a + l_b d_b +
-    l_c d_c - d_i``."""
-    slope = _compat.row_sum(xp, weights * _compat.flat_take(d, corners)) - d
-    hits = active & (slope > 0) & (gap < 0)
-    return xp.min(xp.where(hits, -gap / xp.where(hits, slope, 1.0), xp.inf))

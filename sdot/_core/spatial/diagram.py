@@ -301,14 +301,3 @@ def c_transform(xp, seeds, cells, psi):
     """``min_x |x - y_i|^2 - phi(x)`` over the box for every Dirac i, shape (n,): see
     :func:`..gradients.c_transform_at_vertices` (the live vertices)."""
     return gradients.c_transform_at_vertices(xp, seeds, cells.vertices, live_vertices(xp, cells), psi)
-
-
-def fans(xp, seeds, psi, active, cells):
-    """No hiding-step geometry in 3D yet: :func:`hiding_step` gives no bound."""
-    return None
-
-
-def hiding_step(xp, seeds, psi, d, active, cells, fans_at_psi=None):
-    """``inf``: the damping starts from its own first trial (the 2D bound,
-    :func:`..planar.hiding_step`, has no 3D counterpart yet)."""
-    return xp.asarray(xp.inf, dtype=psi.dtype, device=aac.device(psi))
