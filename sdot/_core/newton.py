@@ -9,10 +9,10 @@ at least ``eps0 = min(min m, min G(psi_0)) / 2`` and
 ``|G(psi + t d) - m| <= (1 - t/2) |G(psi) - m|``. The first ``t`` of a step is
 not 1 but ``min(1, 4 t)`` of the last step's, ``min(1, 1.5 t)`` if the last step
 was damped (where steps must be damped they stay damped for a while), and at most
-``hiding_margin`` times the ``t`` at which a seed is certainly hidden
-(:func:`.planar.hiding_step`, from the fans of the current neighbours): trials beyond
-it are rejected for an empty cell, and each costs a diagram (bench/LOG.md has the
-measurements behind these rules).
+``hiding_margin`` times the ``t`` at which a seed is certainly hidden (the geometry's
+``hiding_step``, from the fans of the current neighbours; at the first step, after a
+damped one and in the continuation): trials beyond it are rejected for an empty cell, and
+each costs a diagram (bench/LOG.md has the measurements behind these rules).
 
 Exact duplicates are merged (one active representative carries the group's
 mass) and zero-mass Diracs are inactive, so every active cell has a positive
@@ -120,7 +120,7 @@ def evaluate(xp, prob, psi, active, candidates=None, capacity=None, previous=Non
     :func:`_accept` rejects unless its cells are certified and none is empty. Eagerly,
     as soon as the update (or the rebuild) finds an active cell empty, the diagram is
     abandoned: uncertified cells, zero moments. (The damping's trials stay below the
-    ``t`` at which :func:`.planar.hiding_step` proves a seed hidden.)
+    ``t`` at which the geometry's ``hiding_step`` proves a seed hidden.)
     """
     stop = trial is not None and _compat.host_any(xp, trial)
     geom = geometry.of_seeds(prob.seeds)
