@@ -192,6 +192,36 @@ def test_few_invalid_moved_cells_are_reclipped_locally(name, monkeypatch):
                                       diagram.DIAGRAM) is None
 
 
+@pytest.mark.parametrize("name", ["numpy", "torch"])
+def test_mostly_turned_over_cells_are_rebuilt_without_moving_them(name, monkeypatch):
+    """When a sample of the cells moved to the new weights has many invalid ones, the cells
+    are read off the triangulation at once (no cell moved): the same volumes as a diagram
+    built afresh; with few invalid cells every cell is moved as before."""
+    from conftest import Backend
+
+    from sdot._core import geometry
+    from sdot._core.spatial import diagram
+
+    b = Backend(name)
+    xp, n = b.xp, 5000
+    rng = np.random.default_rng(8)
+    seeds, psi0 = rng.random((n, 3)), 1e-4 * rng.random(n)
+    y, w0, lo, hi = (b.asarray(a) for a in (seeds, psi0, np.zeros(3), np.ones(3)))
+    active = xp.ones((n,), dtype=xp.bool)
+    previous = diagram.power_cells(xp, y, w0, active, lo, hi)
+    moves = []
+    moved = diagram.moved
+    monkeypatch.setattr(diagram, "moved", lambda *a: moves.append(1) or moved(*a))
+    volumes = lambda cells: b.to_numpy(geometry.of(3).integrate.volumes(xp, cells))
+    for scale, moving in ((1e-4, False), (1e-9, True)):
+        w1 = b.asarray(psi0 + scale * rng.standard_normal(n))
+        moves.clear()
+        cells = diagram.power_cells(xp, y, w1, active, lo, hi, capacity=previous.labels.shape[1], previous=previous)
+        assert bool(moves) == moving and bool(cells.certified)
+        np.testing.assert_allclose(volumes(cells), volumes(diagram.power_cells(xp, y, w1, active, lo, hi)),
+                                   rtol=0, atol=1e-14)
+
+
 def _hiding_step(backend, seeds, psi, d):
     """The 3D hiding step of ``seeds`` at weights ``psi`` along ``d`` (the cells at ``psi``)."""
     import array_api_compat as aac

@@ -25,6 +25,13 @@ def moved(xp, seeds, psi, lo, hi, cells):
     return cells._replace(vertices=vertices), valid
 
 
+def moved_rows(xp, seeds, psi, lo, hi, cells, rows):
+    """Eagerly (NumPy, torch), whether each of ``cells``, the cells of the seeds ``rows``,
+    keeps its edges at weights ``psi`` (the ``valid`` of :func:`moved`)."""
+    return _moved_chunks(xp, seeds, psi, lo, hi, cells, rows, cells.vertices, cells.corners, cells.adjacent,
+                         cells.size, cells.labels)[1]
+
+
 #: Cells per chunk of the eager :func:`moved`: the temporaries stay in the CPU caches.
 CELL_CHUNK = 1024
 
