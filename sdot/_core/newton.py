@@ -29,6 +29,7 @@ The tuning values (``backtrack``, ``hiding_margin``...) are the fields of
 """
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import array_api_compat as aac
@@ -432,7 +433,10 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
                              fresh=st.it == 0)
         hidden_at = _compat.cond(bounded, lambda: geom.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans),
                                  lambda: xp.full_like(st.first, xp.inf))
-        t1 = xp.minimum(st.first, options.hiding_margin * hidden_at)
+        if prob.seeds.shape[1] in options.hiding_on_the_backtracking:
+            t1 = _below_on_the_backtracking(xp, st.first, hidden_at, options.backtrack)
+        else:
+            t1 = xp.minimum(st.first, options.hiding_margin * hidden_at)
         # a failed linear solve gives a non-finite direction: no trial
         no = xp.asarray(False, device=dev)
         t, new, ok, overflowed = _compat.cond(
@@ -623,6 +627,13 @@ def _errors(xp, moments, targets, active):
 
 
 @_compat.jit_on_jax()
+def _below_on_the_backtracking(xp, first, hidden_at, backtrack):
+    """The largest ``first * backtrack^k`` (``k >= 0``) below ``hidden_at``: the trials of
+    plain backtracking from ``first``, less those certain to hide a seed."""
+    k = xp.floor(xp.log(xp.maximum(first / hidden_at, 1e-300)) / -math.log(backtrack)) + 1.0
+    return first * xp.full_like(first, backtrack) ** xp.where(first >= hidden_at, k, 0.0)
+
+
 def _accept(xp, moments, cells, active, eps0, norm_t, norm0, t):
     """Damping test: a sound diagram, every cell keeps ``eps0`` and the error decreases enough."""
     return (cells.certified & ~xp.any(cells.overflow)

@@ -71,6 +71,12 @@ class NewtonOptions:
     #: The first trial is at most this share of the ``t`` that certainly hides a seed (cells
     #: go empty earlier than the fan test sees; 0.8 gave the fewest diagrams of 0.8 to 0.999).
     hiding_margin: float = 0.8
+    #: Dimensions where the first trial is instead the largest of the backtracking's
+    #: ``first * backtrack^k`` below that ``t``: the trials of plain backtracking, less those
+    #: sure to be rejected. In 3D a trial moved to 0.8 of the bound changed the path, for
+    #: better or worse (3e4 Diracs on a Gaussian: 6 -> 8 steps, 24 -> 40 s), and each of
+    #: its diagrams costs seconds.
+    hiding_on_the_backtracking: tuple = (3,)
     #: Factor of ``t`` after a rejected trial.
     backtrack: float = 0.7
     #: Relative residual of the linear solves away from the solution (inexact Newton, see
