@@ -29,7 +29,6 @@ The tuning values (``backtrack``, ``hiding_margin``...) are the fields of
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import array_api_compat as aac
@@ -630,8 +629,9 @@ def _errors(xp, moments, targets, active):
 def _below_on_the_backtracking(xp, first, hidden_at, backtrack):
     """The largest ``first * backtrack^k`` (``k >= 0``) below ``hidden_at``: the trials of
     plain backtracking from ``first``, less those certain to hide a seed."""
-    k = xp.floor(xp.log(xp.maximum(first / hidden_at, 1e-300)) / -math.log(backtrack)) + 1.0
-    return first * xp.full_like(first, backtrack) ** xp.where(first >= hidden_at, k, 0.0)
+    factor = xp.full_like(first, backtrack)       # (traced when the options are)
+    k = xp.floor(xp.log(xp.maximum(first / hidden_at, 1e-300)) / -xp.log(factor)) + 1.0
+    return first * factor ** xp.where(first >= hidden_at, k, 0.0)
 
 
 def _accept(xp, moments, cells, active, eps0, norm_t, norm0, t):
