@@ -243,7 +243,10 @@ def test_hiding_step_is_where_a_seed_is_certainly_hidden(backend):
     its weight is r^2 below theirs: from equal weights along ``d`` that is ``t = r^2 / (d_k -
     d_0)`` (``inf`` if the seed only grows), and scipy's cell of the seed is empty just
     beyond it, not just before. Among random seeds from their Voronoi cells along a random
-    direction, some cell is empty just after the step found (a certificate) and none at 0."""
+    direction, some cell is empty just after the step found (a certificate) and none at 0.
+    (JAX runs it under jit: its eager 3D cells compile kernel by kernel, 17 s.)"""
+    if backend.name == "jax":
+        pytest.skip("JAX runs the traced kernel in jax-jit (eagerly, its 3D cells compile for 17 s)")
     r = 0.3
     apexes = np.array([[1, 1, 1], [1, -1, -1], [-1, 1, -1], [-1, -1, 1]]) / np.sqrt(3.0)
     seeds = 0.5 + np.concatenate([np.zeros((1, 3)), r * apexes])
