@@ -34,7 +34,7 @@ import array_api_compat as aac
 from .. import _compat, gradients
 from ..options import DIAGRAM
 from . import integrate
-from .kinetic import moved, moved_rows as _moved_rows
+from .kinetic import moved, moved_rows
 from .polyhedra import CAPACITY, Cells, box_cells, clip_by, live_vertices
 from .triangulated import triangulated_cells
 
@@ -128,9 +128,7 @@ def _mostly_turned_over(xp, seeds, psi, active, lo, hi, previous, options):
     if n < 4 * SAMPLED_CELLS or aac.is_jax_array(seeds):      # (JAX moves every cell in one jitted kernel)
         return False
     rows = xp.arange(0, n, n // SAMPLED_CELLS, dtype=xp.int64, device=aac.device(seeds))
-    sample = previous._replace(**{f: xp.take(getattr(previous, f), rows, axis=0)
-                                  for f in ("vertices", "corners", "adjacent", "size", "labels", "count", "overflow")})
-    valid = _moved_rows(xp, seeds, psi, lo, hi, sample, rows)
+    valid = moved_rows(xp, seeds, psi, lo, hi, previous, rows)
     live = xp.take(active, rows)
     bad = xp.sum(xp.astype(live & ~valid, xp.int64))
     return int(bad) > 3 * options.local_share_3d * max(int(xp.sum(xp.astype(live, xp.int64))), 1)

@@ -26,10 +26,10 @@ def moved(xp, seeds, psi, lo, hi, cells):
 
 
 def moved_rows(xp, seeds, psi, lo, hi, cells, rows):
-    """Eagerly (NumPy, torch), whether each of ``cells``, the cells of the seeds ``rows``,
-    keeps its edges at weights ``psi`` (the ``valid`` of :func:`moved`)."""
-    return _moved_chunks(xp, seeds, psi, lo, hi, cells, rows, cells.vertices, cells.corners, cells.adjacent,
-                         cells.size, cells.labels)[1]
+    """Eagerly (NumPy, torch), whether the cells ``rows`` of ``cells`` keep their edges at
+    weights ``psi`` (the ``valid`` of :func:`moved` at those rows)."""
+    fields = (xp.take(getattr(cells, f), rows, axis=0) for f in ("vertices", "corners", "adjacent", "size", "labels"))
+    return _moved_chunks(xp, seeds, psi, lo, hi, cells, rows, *fields)[1]
 
 
 #: Cells per chunk of the eager :func:`moved`: the temporaries stay in the CPU caches.
