@@ -53,7 +53,7 @@ def regular_tetrahedra(p, psi, active):
     return tets.astype(np.int64), across.astype(np.int64)
 
 
-def cell_combinatorics(p, psi, active, f_cap: int, v_cap: int, found=None):
+def cell_combinatorics(p, psi, active, f_cap: int, v_cap: int, found=None, into=None):
     """The cells of the seeds ``p`` (n, 3) at weights ``psi`` from their regular
     triangulation (see the module docstring), in ``f_cap`` facet and ``v_cap`` vertex slots
     (``found``: that triangulation, :func:`regular_tetrahedra`, if made already).
@@ -73,6 +73,11 @@ def cell_combinatorics(p, psi, active, f_cap: int, v_cap: int, found=None):
     tetrahedra (m, 4), vertex (m, 4)
         The tetrahedra (seed indices) and where each is a vertex of each corner's cell:
         ``i V + slot`` (-1: an open cell's).
+
+    ``into = (out, members, own)``: the cells of the seeds ``own`` (mask) only, written in
+    the rows ``members[own]`` of the arrays ``out`` of that layout (``members``: the seeds'
+    indices there, also those of the labels); the dict then holds only ``table`` (rows of the
+    seeds ``own``) and ``vertex`` (the own seeds' entries), in ``members``' numbering.
     """
     n = len(p)
     found = regular_tetrahedra(p, psi, active) if found is None else found
@@ -91,10 +96,11 @@ def cell_combinatorics(p, psi, active, f_cap: int, v_cap: int, found=None):
     y = p[tets]
     e1, e2, e3 = y[:, 1] - y[:, 0], y[:, 2] - y[:, 0], y[:, 3] - y[:, 0]
     positive = np.einsum("ij,ij->i", e1, np.cross(e2, e3)) > 0
-    flip = (positive[:, None] != (np.arange(4) % 2 == 0)[None, :]).reshape(-1)
-    swap = np.where(flip[:, None], np.array([0, 2, 1]), np.array([0, 1, 2]))
-    others = np.take_along_axis(tets[:, _OTHERS].reshape(4 * m, 3), swap, axis=1)
-    t_next = np.take_along_axis(across[:, _OTHERS].reshape(4 * m, 3), swap, axis=1)
+    flip = np.flatnonzero((positive[:, None] != (np.arange(4) % 2 == 0)[None, :]).reshape(-1))
+    others = tets[:, _OTHERS].reshape(4 * m, 3)
+    t_next = across[:, _OTHERS].reshape(4 * m, 3)
+    for a in (others, t_next):
+        a[flip, 1:] = a[flip, 2:0:-1]
     corners, row, col, degree = _facet_slots(seed, others, order, size, n)
     # edge q (opposite corner q) leads to the tetrahedron across the face without corner q
     missing = t_next < 0
@@ -104,26 +110,36 @@ def cell_combinatorics(p, psi, active, f_cap: int, v_cap: int, found=None):
     bad_cells = np.bincount(seed, weights=missing.any(axis=1), minlength=n) > 0
     fits = (size <= v_cap) & (degree <= f_cap)
     open_ = bad_cells | ~fits
-    # scatter into the slots
-    put = ~open_[seed]
-    by_cell = order[put[order]]                                 # (writes in the order of the slots)
-    at = seed[by_cell] * v_cap + vslot[by_cell]
-    corners_out = np.full((n * v_cap, 3), -1, np.int64)
-    adjacent_out = np.zeros((n * v_cap, 3), np.int64)
-    corners_out[at] = corners[by_cell]
-    adjacent_out[at] = adjacent[by_cell]
-    corners_out, adjacent_out = corners_out.reshape(n, v_cap, 3), adjacent_out.reshape(n, v_cap, 3)
-    slot = np.arange(row.size) - np.repeat(np.cumsum(degree) - degree, degree)
-    labels = np.full((n, f_cap), -7, np.int64)
-    fit_f = ~open_[row]
-    labels[row[fit_f], slot[fit_f]] = col[fit_f]
-    width = max(int(degree.max(initial=0)), 1)
-    table = np.full((n, width), -1, np.int64)
-    table[row, slot] = col
     closed = ~open_
-    return dict(labels=labels, count=np.where(closed, degree, 0), corners=corners_out, adjacent=adjacent_out,
-                size=np.where(closed, size, 0), open=open_ & (size > 0), table=table, tetrahedra=tets,
-                vertex=np.where(put, seed * v_cap + vslot, -1).reshape(m, 4))
+    if into is None:
+        out = dict(labels=np.full((n, f_cap), -7, np.int64), count=np.zeros(n, np.int64),
+                   corners=np.full((n, v_cap, 3), -1, np.int64), adjacent=np.zeros((n, v_cap, 3), np.int64),
+                   size=np.zeros(n, np.int64), open=np.zeros(n, bool))
+        members, own = np.arange(n), np.ones(n, bool)
+    else:
+        out, members, own = into
+    rows = members[own]
+    # scatter into the slots
+    put = closed[seed]
+    by_cell = order[(put & own[seed])[order]]                   # (writes in the order of the slots)
+    at = members[seed[by_cell]] * v_cap + vslot[by_cell]
+    out["corners"].reshape(-1, 3)[at] = corners[by_cell]
+    out["adjacent"].reshape(-1, 3)[at] = adjacent[by_cell]
+    slot = np.arange(row.size) - np.repeat(np.cumsum(degree) - degree, degree)
+    fit_f = closed[row] & own[row]
+    out["labels"][members[row[fit_f]], slot[fit_f]] = members[col[fit_f]]
+    out["count"][rows] = np.where(closed, degree, 0)[own]
+    out["size"][rows] = np.where(closed, size, 0)[own]
+    out["open"][rows] = (open_ & (size > 0))[own]
+    local = np.cumsum(own) - 1                                  # the rows of the table
+    width = max(int(degree.max(initial=0)), 1)
+    table = np.full((int(own.sum()), width), -1, np.int64)
+    mine = own[row]
+    table[local[row[mine]], slot[mine]] = members[col[mine]]
+    vertex = np.where(put & own[seed], members[seed] * v_cap + vslot, -1).reshape(m, 4)
+    if into is None:
+        return dict(out, table=table, tetrahedra=tets, vertex=vertex)
+    return dict(table=table, vertex=vertex)
 
 
 def _facet_slots(seed, others, order, size, n):
@@ -140,15 +156,16 @@ def _facet_slots(seed, others, order, size, n):
     ref = (order[:, None] * 3 + np.arange(3)[None, :]).reshape(-1)      # references by cell
     count = 3 * size
     indptr = np.concatenate([[0], np.cumsum(count)])
-    by_row = sp.csr_matrix((ref.astype(np.float64), others.reshape(-1)[ref], indptr), shape=(n, n))
+    by_row = sp.csr_matrix((ref, others.reshape(-1)[ref], indptr), shape=(n, n))
     by_row.has_sorted_indices = False
     by_row.sort_indices()
-    col, ref = by_row.indices.astype(np.int64), by_row.data.astype(np.int64)
+    col, ref = by_row.indices.astype(np.int64, copy=False), by_row.data
     row = np.repeat(np.arange(n), count)
     first = np.ones(col.size, bool)
     first[1:] = (col[1:] != col[:-1]) | (row[1:] != row[:-1])
-    unique = np.cumsum(first) - 1                               # the pair of each reference
-    start = np.cumsum(first)[np.maximum(indptr[:-1] - 1, 0)] * (indptr[:-1] > 0)   # pairs before each row
+    pairs = np.cumsum(first)
+    unique = pairs - 1                                          # the pair of each reference
+    start = pairs[np.maximum(indptr[:-1] - 1, 0)] * (indptr[:-1] > 0)     # pairs before each row
     slots = np.empty(col.size, np.int64)
     slots[ref] = unique - start[row]
     degree = np.bincount(row[first], minlength=n)

@@ -102,7 +102,8 @@ def _slab(p, psi, keep, hull, f_cap, v_cap, out, members, own, axis, reach):
     cutting = _violations(p, psi, outside, around_seeds, axis, reach)
     if cutting is None:
         return None
-    part = cell_combinatorics(pm, wm, ones, f_cap, v_cap, found=found)
+    rows = members[own]
+    part = cell_combinatorics(pm, wm, ones, f_cap, v_cap, found=found, into=(out, members, own))
     # own seeds of a tetrahedron with a seed outside in its power sphere: cut by that seed
     t_bad, j_bad = cutting
     corner = own[around[t_bad]]
@@ -111,7 +112,6 @@ def _slab(p, psi, keep, hull, f_cap, v_cap, out, members, own, axis, reach):
     t, k = np.nonzero(across[near] < 0)
     faces = np.sort(np.stack([around_seeds[t, (k + j) % 4] for j in (1, 2, 3)], axis=1), axis=1)
     loose = np.unique(faces[~np.isin(_keys(faces, len(p)), hull)])
-    rows = members[own]
     loose = loose[np.isin(loose, rows)]
     if loose.size and outside.size:
         from scipy.spatial import cKDTree
@@ -119,19 +119,9 @@ def _slab(p, psi, keep, hull, f_cap, v_cap, out, members, own, axis, reach):
         k = min(OPEN_CANDIDATES, outside.size)
         nearest = outside[np.asarray(cKDTree(p[outside]).query(p[loose], k=k)[1]).reshape(loose.size, k)]
         cut, by = np.concatenate([cut, np.repeat(loose, k)]), np.concatenate([by, nearest.reshape(-1)])
-
-    def glob(a):
-        return np.where(a >= 0, members[np.maximum(a, 0)], a)
-    vertex = part["vertex"][near]
-    local, slot = vertex // v_cap, vertex % v_cap
-    mine = (vertex >= 0) & own[np.maximum(local, 0)]
-    table, redo = _with_candidates(glob(part["table"][own]), rows, cut, by)
-    for name in ("count", "corners", "adjacent", "size"):
-        out[name][rows] = part[name][own]
-    out["labels"][rows] = glob(part["labels"][own])
-    out["open"][rows] = part["open"][own] | redo
-    return dict(rows=rows, table=table, tetrahedra=around_seeds,
-                vertex=np.where(mine, members[np.maximum(local, 0)] * v_cap + slot, -1))
+    table, redo = _with_candidates(part["table"], rows, cut, by)
+    out["open"][rows] |= redo
+    return dict(rows=rows, table=table, tetrahedra=around_seeds, vertex=part["vertex"][near])
 
 
 def _violations(p, psi, outside, tets, axis, reach):
