@@ -171,8 +171,10 @@ def _reclipped_locally(xp, seeds, psi, active, lo, hi, moved_cells, valid, optio
     again = _clipped_rows(xp, seeds, psi, active, lo, hi, capacity, rows, candidates)
     if _compat.host_any(xp, again.overflow):
         return None
-    volume = _compat.set_rows(xp, integrate.volumes(xp, moved_cells), rows, integrate.volumes(xp, again))
-    cells = Cells(*(_compat.set_rows(xp, whole, rows, part) for whole, part in zip(moved_cells[:-1], again[:-1])),
+    volume = _compat.put_rows(xp, integrate.volumes(xp, moved_cells), rows, integrate.volumes(xp, again))
+    # the moved vertices were made by :func:`moved`, in place; the other fields are the previous cells'
+    cells = Cells(*((_compat.put_rows if field == "vertices" else _compat.set_rows)(xp, whole, rows, part)
+                    for field, whole, part in zip(Cells._fields[:-1], moved_cells[:-1], again[:-1])),
                   moved_cells.certified)
     return cells._replace(certified=_volumes_tile(xp, volume, lo, hi) & ~xp.any(cells.overflow))
 
