@@ -374,11 +374,18 @@ def test_diracs_on_the_sides_of_the_square_under_jax(sdot_driver):
 
 
 # ---------------------------------------------------------------- invariances
+#: The array-API-strict namespaces run one offset and one scale of the invariance tests (the
+#: same code as NumPy's at every magnitude, 6 to 10 s a case there).
+STRICT = ("array_api_strict", "strict-static")
+
+
 @pytest.mark.parametrize("offset", [1e4, 1e6])
 def test_translation_changes_nothing(eager_backend, offset):
     """A problem translated with its domain gives the same W2^2 to 1e-12: the solve runs in
     coordinates centred on the domain (the translated positions, rounded, are compared
     with the same rounded positions at the origin)."""
+    if eager_backend.name in STRICT and offset != 1e6:
+        pytest.skip("array_api_strict runs the 1e6 offset (the same code at every offset)")
     pts = np.random.default_rng(5).random((60, 2))
     img = annulus(16)
     moved = pts + offset
@@ -390,6 +397,8 @@ def test_translation_changes_nothing(eager_backend, offset):
 
 @pytest.mark.parametrize("scale", [2.0 ** -20, 2.0 ** 20, 1e3])
 def test_scaling_multiplies_w2_by_the_square(eager_backend, scale):
+    if eager_backend.name in STRICT and scale != 2.0 ** -20:
+        pytest.skip("array_api_strict runs the 2^-20 scale (the same code at every scale)")
     pts = np.random.default_rng(6).random((60, 2))
     img = annulus(16)
     unit = solve(eager_backend, pts, img)
