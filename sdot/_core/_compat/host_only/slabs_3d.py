@@ -47,9 +47,11 @@ def slab_cell_combinatorics(p, psi, active, f_cap: int, v_cap: int, slabs: int |
     if hull is None:
         return _whole(p, psi, active, f_cap, v_cap)
     n = len(p)
-    out = dict(labels=np.full((n, f_cap), -7, np.int64), count=np.zeros(n, np.int64),
-               corners=np.full((n, v_cap, 3), -1, np.int64), adjacent=np.zeros((n, v_cap, 3), np.int64),
+    # the padding of the wide arrays is written by each slab in its rows, on its thread
+    out = dict(labels=np.empty((n, f_cap), np.int64), count=np.zeros(n, np.int64),
+               corners=np.empty((n, v_cap, 3), np.int64), adjacent=np.empty((n, v_cap, 3), np.int64),
                size=np.zeros(n, np.int64), open=np.zeros(n, bool))
+    _padded(out, np.flatnonzero(~active))
     parts = map_on_threads(lambda slab: _slab(p, psi, keep, hull, f_cap, v_cap, out, *slab), _slabs(p, keep, slabs))
     if any(part is None for part in parts):
         return _whole(p, psi, active, f_cap, v_cap)
@@ -103,6 +105,7 @@ def _slab(p, psi, keep, hull, f_cap, v_cap, out, members, own, axis, reach):
     if cutting is None:
         return None
     rows = members[own]
+    _padded(out, rows)
     part = cell_combinatorics(pm, wm, ones, f_cap, v_cap, found=found, into=(out, members, own))
     # own seeds of a tetrahedron with a seed outside in its power sphere: cut by that seed
     t_bad, j_bad = cutting
@@ -122,6 +125,12 @@ def _slab(p, psi, keep, hull, f_cap, v_cap, out, members, own, axis, reach):
     table, redo = _with_candidates(part["table"], rows, cut, by)
     out["open"][rows] |= redo
     return dict(rows=rows, table=table, tetrahedra=around_seeds, vertex=part["vertex"][near])
+
+
+def _padded(out, rows):
+    """The rows ``rows`` of the wide arrays of ``out`` set to their padding (no facet, no vertex)."""
+    for name, value in (("labels", -7), ("corners", -1), ("adjacent", 0)):
+        out[name][rows] = value
 
 
 def _violations(p, psi, outside, tets, axis, reach):
