@@ -62,22 +62,26 @@ def triangulated_cells(xp, seeds, psi, active, lo, hi, capacity: int, clipped_ro
 
 def _inside_the_box(xp, seeds, lo, hi, cells):
     """``cells`` clipped by the sides of the box ``[lo, hi]`` (only the cells with a vertex
-    beyond a side)."""
+    beyond a side). Which cells reach beyond each side is read once: a clip only removes
+    volume, and one by a plane a cell does not cross leaves it as it was."""
     dev = aac.device(seeds)
     n = seeds.shape[0]
     live = live_vertices(xp, cells)
+    beyond = []
+    for axis in range(3):
+        x = cells.vertices[..., axis]
+        beyond += [xp.any(live & (x < (lo[axis] - seeds[:, axis])[:, None]), axis=1),
+                   xp.any(live & (x > (hi[axis] - seeds[:, axis])[:, None]), axis=1)]
     for side in range(6):
         axis, upper = side // 2, side % 2 == 1
+        if not _compat.host_any(xp, beyond[side]):
+            continue
         bound = (hi if upper else lo)[axis] - seeds[:, axis]
         sign = 1.0 if upper else -1.0
-        beyond = xp.any(live & (sign * (cells.vertices[..., axis] - bound[:, None]) > 0), axis=1)
-        if not _compat.host_any(xp, beyond):
-            continue
         normal = xp.zeros((n, 3), dtype=seeds.dtype, device=dev)
         normal = normal + xp.astype(xp.arange(3, device=dev) == axis, seeds.dtype)[None, :] * sign
         label = xp.full((n,), -1 - side, dtype=xp.int64, device=dev)
-        cells = clip(xp, cells, normal, sign * bound, label, beyond)
-        live = live_vertices(xp, cells)
+        cells = clip(xp, cells, normal, sign * bound, label, beyond[side])
     return cells
 
 
