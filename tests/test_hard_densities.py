@@ -112,6 +112,24 @@ def fields(plan):
     return {k: getattr(plan, k) for k in ("converged", "status", "residual", "distance", "brenier_potential")}
 
 
+@pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
+def test_a_tight_cluster_has_cells_at_the_voronoi_start(sdot_driver, name):
+    """5 Diracs in a cluster 1e-7 wide among 55 uniform ones, box density: Qhull leaves one
+    of them out of the Delaunay triangulation (within its roundoff), whose Voronoi cell was
+    then taken as empty, and the solve stalled at once (3 steps, residual 5e-2). Now such
+    a point and its nearest ones are clipped by each other: converged, certified without sdot
+    (on the host: array_api_strict has no Qhull)."""
+    from conftest import Backend
+
+    backend = Backend(name)
+    sdot_driver.framework = backend.framework
+    rng = np.random.default_rng(8)
+    pts = rng.random((60, 2))
+    pts[40:45] = 0.7 + 1e-7 * rng.random((5, 2))
+    plan = solve(backend, pts, np.ones((1, 1)))
+    check_certified(backend, plan, pts, np.ones((1, 1)))
+
+
 @pytest.mark.parametrize("name", ["numpy", "array_api_strict", "torch", "jax-jit"])   # JAX arrays: the same jitted solve
 def test_one_dirac_far_away(sdot_driver, name):
     """39 Diracs in the unit square and one at (1e4, 1e4), box density: the far cell's
