@@ -600,3 +600,21 @@ def test_local_reclips_on_a_shell_of_zero_density_voxels_change_nothing(name, mo
     assert bool(with_local.converged) and bool(rebuilt.converged)
     assert float(with_local.distance) == pytest.approx(float(rebuilt.distance), rel=1e-12)
     np.testing.assert_allclose(b.to_numpy(with_local.barycenters), b.to_numpy(rebuilt.barycenters), rtol=0, atol=1e-10)
+
+
+def test_seeds_qhull_leaves_out_at_equal_weights_get_their_cells(sdot_driver):
+    """15 Diracs in a cluster 1e-7 wide among 60: Qhull's Delaunay triangulation leaves 5 of
+    them out (within its roundoff), whose Voronoi cells were empty. Now every cell has its
+    volume: the cluster's inner cells (bounded by the cluster alone, about 1e-21) equal those
+    of the cluster scaled by 1e7 (scipy), and the volumes tile the cube."""
+    rng = np.random.default_rng(8)
+    x = rng.random((60, 3))
+    x[40:55] = 0.7 + 1e-7 * rng.random((15, 3))
+    sdot_driver.framework = "numpy"
+    volumes = np.array([c.measure for c in sdot.PowerDiagram(x).cells])
+    assert np.all(volumes > 0) and volumes.sum() == pytest.approx(1.0, rel=1e-12)
+    centre, scale = x[40:55].mean(0), 1e7
+    scaled = scipy_cells((x[40:55] - centre) * scale, np.zeros(15), np.full(3, -1e3), np.full(3, 1e3))
+    inner = [i for i in range(15) if scaled[i][0] < 1e3]          # (the outer ones reach the box)
+    assert len(inner) >= 3
+    np.testing.assert_allclose(volumes[40:55][inner], [scaled[i][0] / scale ** 3 for i in inner], rtol=1e-6)
