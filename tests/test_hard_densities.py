@@ -113,12 +113,14 @@ def fields(plan):
 
 
 @pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
-def test_a_tight_cluster_has_cells_at_the_voronoi_start(sdot_driver, name):
-    """5 Diracs in a cluster 1e-7 wide among 55 uniform ones, box density: Qhull leaves one
-    of them out of the Delaunay triangulation (within its roundoff), whose Voronoi cell was
-    then taken as empty, and the solve stalled at once (3 steps, residual 5e-2). Now such
-    a point and its nearest ones are clipped by each other: converged, certified without sdot
-    (on the host: array_api_strict has no Qhull)."""
+@pytest.mark.parametrize("outside", [False, True])
+def test_a_tight_cluster_converges(sdot_driver, name, outside):
+    """5 Diracs in a cluster 1e-7 wide among 55 uniform ones, box density (and one Dirac at
+    (3, -3), outside the domain, so that the start has unequal weights): Qhull leaves one
+    of them out of the triangulation (within its roundoff), whose cell was then taken as
+    empty (hidden), and the solve stalled at once (3 steps, residual 5e-2). Now such a point
+    and its nearest ones are clipped by each other: converged, certified without sdot (on
+    the host: array_api_strict has no Qhull)."""
     from conftest import Backend
 
     backend = Backend(name)
@@ -126,6 +128,8 @@ def test_a_tight_cluster_has_cells_at_the_voronoi_start(sdot_driver, name):
     rng = np.random.default_rng(8)
     pts = rng.random((60, 2))
     pts[40:45] = 0.7 + 1e-7 * rng.random((5, 2))
+    if outside:
+        pts[50] = [3.0, -3.0]
     plan = solve(backend, pts, np.ones((1, 1)))
     check_certified(backend, plan, pts, np.ones((1, 1)))
 

@@ -11,9 +11,9 @@ from .threads import map_on_threads, settings
 
 #: Nearest points taken as candidates for a point in no Delaunay triangle.
 LONELY_NEIGHBOURS = 8
-#: Nearest points taken for a point Qhull leaves out of a triangulation at equal weights (they
-#: are together: of 50 Diracs in a cluster 1e-9 wide, with 24 the cells were not certified,
-#: with 64 they were).
+#: Nearest points taken for a point Qhull leaves out of a triangulation within its roundoff
+#: (they are together: of 50 Diracs in a cluster 1e-9 wide, with 24 the cells were not
+#: certified, with 64 they were).
 DROPPED_NEIGHBOURS = 64
 #: Depth of each tile's points beyond its sides, in mean spacings of the points.
 TILE_OVERLAP = 8
@@ -199,7 +199,7 @@ def rings(p, psi, active, stop_if_hidden=False):
 
     n = len(p)
     try:
-        keep, tri = lower_triangles(p, psi, np.flatnonzero(active), strict=True)
+        keep, tri, left_out = lower_triangles(p, psi, np.flatnonzero(active), strict=True, coplanar=True)
     except (QhullError, ValueError):
         return None
     count = np.zeros(n, np.int64)
@@ -243,23 +243,32 @@ def rings(p, psi, active, stop_if_hidden=False):
                         constant_values=-1)
         labels[np.broadcast_to(rows[:, None], missing.shape)[missing], extra[missing]] = incoming[rows][missing]
         count[rows] += missing.sum(axis=1)
-    if psi is None or not active.any() or np.ptp(psi[active]) == 0:       # no point hidden: Qhull's drops
-        return with_dropped_points(p, active, labels, count, closed)
-    return labels, count, closed
+    return with_dropped_points(p, active, labels, count, closed, may_be_hidden(p, psi, active, left_out))
 
 
-def with_dropped_points(p, active, labels, count, closed):
-    """At equal weights (where no point is hidden), the rings with the active points that
-    Qhull left out (in no triangle) given open rings of their :data:`DROPPED_NEIGHBOURS` nearest
-    active points, and those points each given them as extra neighbours (open rings too, clipped from the
-    box by every neighbour listed).
+def may_be_hidden(p, psi, active, left_out):
+    """Which points in no triangle may be hidden: none at equal weights; else those Qhull did
+    not leave out within its roundoff of a facet (``left_out``, its coplanar points): they lie
+    clearly above the lower hull."""
+    hidden = np.zeros(len(p), bool)
+    if psi is not None and active.any() and np.ptp(psi[active]) > 0:
+        hidden[active] = True
+        hidden[left_out] = False
+    return hidden
+
+
+def with_dropped_points(p, active, labels, count, closed, hidden):
+    """The rings with the active points in no triangle that are not ``hidden`` (left out by
+    Qhull within its roundoff) given open rings of their :data:`DROPPED_NEIGHBOURS` nearest
+    active points, and those points each given them as extra neighbours (open rings too,
+    clipped from the box by every neighbour listed).
 
     Qhull leaves a point out where it sees it within its roundoff of the hull: of 5 Diracs
     in a cluster 1e-7 wide in the unit square, one (their Voronoi start then had an empty
     cell and the solve stalled at once). Its neighbours' cells were built without it, so
     each of them is clipped by it too (a new point's neighbours are among the old ones' and
     itself)."""
-    dropped = np.flatnonzero(active & (count == 0))
+    dropped = np.flatnonzero(active & (count == 0) & ~hidden)
     keep = np.flatnonzero(active)
     if dropped.size == 0 or keep.size < 2:
         return labels, count, closed
@@ -286,23 +295,27 @@ def with_dropped_points(p, active, labels, count, closed):
     return labels, count, closed
 
 
-def lower_triangles(p, psi, keep, strict=False):
+def lower_triangles(p, psi, keep, strict=False, coplanar=False):
     """Simplices (triangles in 2D, tetrahedra in 3D) of the regular triangulation of the points ``keep``: the lower
     facets of the hull of ``(y_i, |y_i - c|^2 - psi_i)`` (Delaunay if ``psi`` is None).
     Returns ``(order, tri)``: ``keep`` in Morton order (Qhull is faster on spatially
     sorted points) and the triangles (T, 3) as positions in it (nearby points, nearby
-    in memory). ``strict``: without vertical facets. Raises QhullError or ValueError on
-    degenerate inputs."""
+    in memory). ``strict``: without vertical facets. ``coplanar``: also the points Qhull
+    left out within its roundoff of a facet (Qhull's ``Qc``; not the points clearly above
+    the lower hull, which are hidden), as indices into ``p``. Raises QhullError or
+    ValueError on degenerate inputs."""
     from scipy.spatial import ConvexHull, Delaunay
 
     keep = keep[morton_order(p[keep])]
     if psi is None:
-        return keep, Delaunay(p[keep]).simplices
+        tri = Delaunay(p[keep])
+        return (keep, tri.simplices) + ((keep[tri.coplanar[:, 0]],) if coplanar else ())
     q = p[keep] - np.median(p[keep], axis=0)    # (not the mean, which a far point drags away)
-    hull = ConvexHull(np.column_stack([q, np.sum(q * q, axis=1) - psi[keep]]), qhull_options="Qt")
+    hull = ConvexHull(np.column_stack([q, np.sum(q * q, axis=1) - psi[keep]]),
+                      qhull_options="Qt Qc" if coplanar else "Qt")
     lift = hull.equations[:, p.shape[1]]
     lower = lift < 0 if strict else lift <= 0
-    return keep, hull.simplices[lower]
+    return (keep, hull.simplices[lower]) + ((keep[hull.coplanar[:, 0]],) if coplanar else ())
 
 
 def morton_order(p):
