@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .triangulation import DROPPED_NEIGHBOURS, morton_order
+from .triangulation import morton_order, nearest_pairs
 
 #: Local corners ``(k + 1, k + 2, k + 3) % 4`` of a tetrahedron, the other three of corner k.
 _OTHERS = (np.arange(4)[:, None] + np.arange(1, 4)[None, :]) % 4
@@ -110,8 +110,12 @@ def cell_combinatorics(p, psi, active, f_cap: int, v_cap: int, found=None, into=
     bad_cells = np.bincount(seed, weights=missing.any(axis=1), minlength=n) > 0
     fits = (size <= v_cap) & (degree <= f_cap)
     open_ = bad_cells | ~fits
-    if psi is None and (extra := _dropped_pairs(p, active, size)) is not None:
-        # equal weights: no seed is hidden, so a seed in no tetrahedron is Qhull's roundoff
+    dropped = np.flatnonzero(active & (size == 0))
+    if psi is None and dropped.size and np.count_nonzero(active) > 1:
+        # equal weights: no seed is hidden, so a seed in no tetrahedron (15 Diracs in a cluster
+        # 1e-7 wide among 60: 5 of them) is Qhull's roundoff: it and its nearest seeds are
+        # clipped from the box by each other
+        extra = nearest_pairs(p, dropped, active)
         open_[extra[0]] = True
         pairs = np.unique(np.concatenate([row * n + col, extra[0] * n + extra[1]]))
         row, col = pairs // n, pairs % n
@@ -146,25 +150,6 @@ def cell_combinatorics(p, psi, active, f_cap: int, v_cap: int, found=None, into=
     if into is None:
         return dict(out, table=table, tetrahedra=tets, vertex=vertex)
     return dict(table=table, vertex=vertex)
-
-
-def _dropped_pairs(p, active, size):
-    """``(rows, cols)``: each active seed in no tetrahedron and its
-    :data:`.triangulation.DROPPED_NEIGHBOURS` nearest active seeds, both ways (their cells
-    are then clipped from the box by these too); None if there is no such seed.
-
-    At equal weights Qhull leaves seeds out within its roundoff (15 Diracs in a cluster 1e-7
-    wide among 60: 5 of them), which would otherwise be taken as hidden."""
-    dropped = np.flatnonzero(active & (size == 0))
-    keep = np.flatnonzero(active)
-    if dropped.size == 0 or keep.size < 2:
-        return None
-    from scipy.spatial import cKDTree
-
-    k = min(DROPPED_NEIGHBOURS, keep.size - 1) + 1
-    near = keep[np.asarray(cKDTree(p[keep]).query(p[dropped], k=k)[1]).reshape(dropped.size, k)[:, 1:]].reshape(-1)
-    seeds = np.repeat(dropped, k - 1)
-    return np.concatenate([seeds, near]), np.concatenate([near, seeds])
 
 
 def _facet_slots(seed, others, order, size, n):

@@ -24,6 +24,7 @@ import numpy as np
 
 from .cells_3d import cell_combinatorics, regular_tetrahedra
 from .threads import map_on_threads, settings
+from .triangulation import with_candidates
 
 #: Active seeds from which the combinatorics are read in slabs (one per thread): box3d
 #: solves at 1e4 seeds 2.57-3.03 s whole, 2.36-2.75 s in slabs (3 runs each); the same at 5e3.
@@ -122,7 +123,7 @@ def _slab(p, psi, keep, hull, f_cap, v_cap, out, members, own, axis, reach):
         k = min(OPEN_CANDIDATES, outside.size)
         nearest = outside[np.asarray(cKDTree(p[outside]).query(p[loose], k=k)[1]).reshape(loose.size, k)]
         cut, by = np.concatenate([cut, np.repeat(loose, k)]), np.concatenate([by, nearest.reshape(-1)])
-    table, redo = _with_candidates(part["table"], rows, cut, by)
+    table, redo = with_candidates(part["table"], rows, cut, by)
     out["open"][rows] |= redo
     return dict(rows=rows, table=table, tetrahedra=around_seeds, vertex=part["vertex"][near])
 
@@ -174,25 +175,6 @@ def _violations(p, psi, outside, tets, axis, reach):
     t = np.repeat(np.arange(len(near)), size)
     inside = np.sum((centre[t] - p[outside[j]]) ** 2, axis=1) - w_out[j] - radius2[t] < 1e-9 * np.abs(radius2[t])
     return which[t[inside]], outside[j[inside]]
-
-
-def _with_candidates(table, rows, seeds, extra):
-    """``table`` (r, W) of the seeds ``rows`` (ascending) with the candidates ``extra`` of
-    the seeds ``seeds`` added to their rows (ascending, without repeats, -1 padding), and
-    which rows changed."""
-    redo = np.isin(rows, seeds)
-    if not redo.any():
-        return table, redo
-    sub = np.flatnonzero(redo)
-    pairs = np.concatenate([np.stack([np.repeat(rows[sub], table.shape[1]), table[sub].reshape(-1)], 1),
-                            np.stack([seeds, extra], 1)])
-    pairs = np.unique(pairs[pairs[:, 1] >= 0], axis=0)
-    where = sub[np.searchsorted(rows[sub], pairs[:, 0])]
-    slot = np.arange(len(pairs)) - np.searchsorted(where, where)        # (pairs by row, ascending)
-    out = np.pad(table, ((0, 0), (0, max(int(slot.max()) + 1 - table.shape[1], 0))), constant_values=-1)
-    out[sub] = -1
-    out[where, slot] = pairs[:, 1]
-    return out, redo
 
 
 def _keys(faces, n):

@@ -259,9 +259,9 @@ def may_be_hidden(p, psi, active, left_out):
 
 def with_dropped_points(p, active, labels, count, closed, hidden):
     """The rings with the active points in no triangle that are not ``hidden`` (left out by
-    Qhull within its roundoff) given open rings of their :data:`DROPPED_NEIGHBOURS` nearest
-    active points, and those points each given them as extra neighbours (open rings too,
-    clipped from the box by every neighbour listed).
+    Qhull within its roundoff) listing their :data:`DROPPED_NEIGHBOURS` nearest active
+    points, and those points listing them too: open rings, clipped from the box by every
+    neighbour listed.
 
     Qhull leaves a point out where it sees it within its roundoff of the hull: of 5 Diracs
     in a cluster 1e-7 wide in the unit square, one (their Voronoi start then had an empty
@@ -269,30 +269,41 @@ def with_dropped_points(p, active, labels, count, closed, hidden):
     each of them is clipped by it too (a new point's neighbours are among the old ones' and
     itself)."""
     dropped = np.flatnonzero(active & (count == 0) & ~hidden)
-    keep = np.flatnonzero(active)
-    if dropped.size == 0 or keep.size < 2:
+    if dropped.size == 0 or np.count_nonzero(active) < 2:
         return labels, count, closed
+    labels, redo = with_candidates(labels, np.arange(len(p)), *nearest_pairs(p, dropped, active))
+    return labels, np.where(redo, np.sum(labels >= 0, axis=1), count), closed & ~redo
+
+
+def nearest_pairs(p, points, active):
+    """``(rows, cols)``: each of ``points`` with its :data:`DROPPED_NEIGHBOURS` nearest
+    ``active`` points (at least two), both ways."""
     from scipy.spatial import cKDTree
 
+    keep = np.flatnonzero(active)
     k = min(DROPPED_NEIGHBOURS, keep.size - 1) + 1
-    near = keep[np.asarray(cKDTree(p[keep]).query(p[dropped], k=k)[1]).reshape(dropped.size, k)[:, 1:]]
-    n, width = len(p), labels.shape[1]
-    rows = np.concatenate([np.repeat(dropped, k - 1), near.reshape(-1)])
-    cols = np.concatenate([near.reshape(-1), np.repeat(dropped, k - 1)])
-    changed = np.unique(rows)
-    old = labels[changed]
-    listed = np.arange(width)[None, :] < count[changed, None]
-    pairs = np.unique(np.concatenate([np.repeat(changed, width)[listed.reshape(-1)] * n + old[listed],
-                                      (rows * n + cols)[rows != cols]]))
-    row, col = pairs // n, pairs % n
-    degree = np.bincount(row, minlength=n)[changed]
-    labels = np.pad(labels, ((0, 0), (0, max(int(degree.max()) - width, 0))), constant_values=-1)
-    labels[changed] = -1
-    slot = np.arange(row.size) - np.repeat(np.cumsum(degree) - degree, degree)
-    labels[row, slot] = col
-    count, closed = count.copy(), closed.copy()
-    count[changed], closed[changed] = degree, False
-    return labels, count, closed
+    near = keep[np.asarray(cKDTree(p[keep]).query(p[points], k=k)[1]).reshape(points.size, k)[:, 1:]].reshape(-1)
+    own = np.repeat(points, k - 1)
+    return np.concatenate([own, near]), np.concatenate([near, own])
+
+
+def with_candidates(table, rows, seeds, extra):
+    """``table`` (r, W) of the seeds ``rows`` (ascending) with the candidates ``extra`` of
+    the seeds ``seeds`` added to their rows (ascending, without repeats, -1 padding), and
+    which rows changed."""
+    redo = np.isin(rows, seeds)
+    if not redo.any():
+        return table, redo
+    sub = np.flatnonzero(redo)
+    pairs = np.concatenate([np.stack([np.repeat(rows[sub], table.shape[1]), table[sub].reshape(-1)], 1),
+                            np.stack([seeds, extra], 1)])
+    pairs = np.unique(pairs[pairs[:, 1] >= 0], axis=0)
+    where = sub[np.searchsorted(rows[sub], pairs[:, 0])]
+    slot = np.arange(len(pairs)) - np.searchsorted(where, where)        # (pairs by row, ascending)
+    out = np.pad(table, ((0, 0), (0, max(int(slot.max()) + 1 - table.shape[1], 0))), constant_values=-1)
+    out[sub] = -1
+    out[where, slot] = pairs[:, 1]
+    return out, redo
 
 
 def lower_triangles(p, psi, keep, strict=False, coplanar=False):
