@@ -18,8 +18,8 @@ Exact duplicates are merged (one active representative carries the group's
 mass) and zero-mass Diracs are inactive, so every active cell has a positive
 target. The start is the Voronoi diagram (psi = 0) if every cell holds 1% of its target.
 Otherwise (Diracs outside the support, zero regions, holes, separate pieces) the
-solve starts from the better of Voronoi and a similarity into the support's box
-(:func:`similarity_weights`) against the density blurred by
+solve starts from the best of Voronoi and two maps of the Diracs into the support's
+box (:mod:`.starts`) against the density blurred by
 :mod:`.continuation`, positive everywhere, and narrows the blur to 0 as the cells
 allow: every stage starts where each cell holds a share of its target, the
 condition under which the damped Newton method converges.
@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, continuation, geometry
+from . import _compat, continuation, geometry, starts
 from .options import DEFAULT, DIAGRAM
 
 
@@ -234,6 +234,21 @@ def _regularised(xp, diag, active, rhs, regularisation):
     return diag, _centred(xp, rhs, active)
 
 
+@_compat.jit_on_jax()
+def _reach2(xp, prob, active):
+    """The squared diameter of the box of the active seeds and the domain."""
+    big = float(xp.finfo(prob.seeds.dtype).max)
+    lo = xp.minimum(xp.min(xp.where(active[:, None], prob.seeds, big), axis=0), prob.lo)
+    hi = xp.maximum(xp.max(xp.where(active[:, None], prob.seeds, -big), axis=0), prob.hi)
+    return xp.sum((hi - lo) ** 2)
+
+
+@_compat.jit_on_jax()
+def _span(xp, d, active):
+    """``max(d) - min(d)`` over the ``active`` entries."""
+    return xp.max(xp.where(active, d, -xp.inf)) - xp.min(xp.where(active, d, xp.inf))
+
+
 def _masked_min(xp, x, mask):
     return xp.min(xp.where(mask, x, xp.inf))
 
@@ -261,75 +276,60 @@ def _at_width(xp, density, width):
     return _compat.cond(width > 0, lambda: density.blurred(xp, width), lambda: density)
 
 
-def similarity_weights(xp, prob, options):
-    """Weights whose diagram takes each Dirac to a point of the density's support's box.
-
-    With ``z_i = a y_i + b`` (the similarity, a contraction, that takes a robust box of
-    the Diracs, their quantiles ``options.start_quantile`` and ``1 -`` it within
-    ``options.start_spread`` interquartile ranges of the median, into the support's
-    box shrunk by ``options.start_margin``, ``K``) and ``P`` the projection onto ``K``, the
-    map ``y -> P(a y + b)`` is the gradient of the convex ``w(y) = h(a y + b) / a``,
-    ``h(z) = (|z|^2 - d_K(z)^2) / 2``; the weights ``psi_i = |y_i|^2 - 2 w(y_i)`` give each
-    Dirac a cell that contains ``P(z_i)``: inside the box, even for a Dirac far outside it.
-    Without outliers, the Voronoi diagram of the Diracs moved into the support's box.
-    """
-    box_lo, box_hi = prob.density.support_box(xp)
-    inset = options.start_margin * (box_hi - box_lo)
-    k_lo, k_hi = box_lo + inset, box_hi - inset
-    y = prob.seeds
-    n = y.shape[0]
-    ranked = xp.sort(y, axis=0)
-    cut = int(options.start_quantile * (n - 1))
-    mid, quarter = ranked[n // 2, :], ranked[(3 * n) // 4, :] - ranked[n // 4, :]
-    y_lo = xp.maximum(ranked[cut, :], mid - options.start_spread * quarter)
-    y_hi = xp.minimum(ranked[n - 1 - cut, :], mid + options.start_spread * quarter)
-    span = xp.maximum(y_hi - y_lo, xp.finfo(y.dtype).smallest_normal)
-    a = xp.minimum(xp.min((k_hi - k_lo) / span), 1.0)
-    b = 0.5 * (k_lo + k_hi) - 0.5 * a * (y_lo + y_hi)
-    z = a * y + b
-    outside = z - xp.minimum(xp.maximum(z, k_lo), k_hi)
-    w = 0.5 * (_compat.dot(z, z) - _compat.dot(outside, outside)) / a
-    return _compat.dot(y, y) - 2.0 * w
-
-
 def initial_weights(xp, prob, active, targets, options, capacity=None):
     """The start: ``(psi, evaluation, width)``, the evaluation against the density blurred
     to ``width`` (0: the density itself).
 
     The Voronoi diagram (psi = 0) if every cell holds ``options.start_admissible`` of its
-    target; else the better of it and :func:`similarity_weights`: the one whose poorest
-    cell holds more, the similarity if a Voronoi cell misses the domain (a Dirac outside
-    it). Unless that start is admissible, the continuation starts at the narrowest of the
-    widths ``options.widest / 4^k`` (of the domain's size) at which every cell holds
-    ``options.admissible`` of its target, and every wider one too (the widest if none).
+    target; else the best of it and the starts of :mod:`.starts` (the similarity and the
+    ranks, which move the Diracs into the support's box): one that is admissible against
+    the density itself, else the one whose poorest cell holds the largest share against the
+    widest blur (a cell that misses the domain holds nothing; a cluster of Diracs 1e-5
+    wide keeps its cells 1e-10 of their targets under a similarity, a few thousandths
+    under the ranks). Unless that start is admissible, the continuation starts at the
+    narrowest of the widths ``options.widest / 4^k`` (of the domain's size) at which every
+    cell holds ``options.admissible`` of its target, and every wider one too (the widest if none).
     """
     zero = xp.zeros(prob.seeds.shape[:1], dtype=prob.seeds.dtype, device=aac.device(prob.seeds))
     ev = evaluate(xp, prob, zero, active, capacity=capacity, diagram=options.diagram)
-    worst = _worst_ratio(xp, ev.moments, targets, active)
-    fair = worst >= options.start_admissible
-
-    def similarity():
-        psi1 = similarity_weights(xp, prob, options)
-        ev1 = evaluate(xp, prob, psi1, active, capacity=ev.cells.labels.shape[1], diagram=options.diagram)
-        better = (_worst_ratio(xp, ev1.moments, targets, active) > worst) | xp.any(active & (ev.cells.count == 0))
-        return _compat.cond(better, lambda: (psi1, ev1), lambda: (zero, ev))
-    psi, ev = _compat.cond(fair, lambda: (zero, ev), similarity)
     fair = _worst_ratio(xp, ev.moments, targets, active) >= options.start_admissible
+    side = xp.max(prob.hi - prob.lo)
+    widest = options.widest * side
 
-    def admissible(width):
-        ratio = _worst_ratio(xp, integrals_at(xp, prob, ev.cells, width).moments, targets, active)
-        return ratio >= options.admissible
+    def score(ev):
+        now = _worst_ratio(xp, ev.moments, targets, active)
+        wide = _worst_ratio(xp, integrals_at(xp, prob, ev.cells, widest).moments, targets, active)
+        return xp.where(now >= options.start_admissible, 2.0 + now, wide)
+
+    def moved():
+        best = (zero, ev, score(ev))
+        for psi1 in (starts.similarity_weights(xp, prob, options), starts.rank_weights(xp, prob, targets, options)):
+            ev1 = evaluate(xp, prob, psi1, active, capacity=ev.cells.labels.shape[1], diagram=options.diagram)
+            s1 = score(ev1)
+            best = _compat.cond(s1 > best[2], lambda c=(psi1, ev1, s1): c, lambda c=best: c)
+        return best[:2]
+    psi, ev = _compat.cond(fair, lambda: (zero, ev), moved)
+    fair = _worst_ratio(xp, ev.moments, targets, active) >= options.start_admissible
+    width, ev = _compat.cond(fair, lambda: (xp.zeros_like(widest), ev),
+                             lambda: first_width(xp, prob, ev.cells, active, targets, options))
+    return psi, ev, width
+
+
+def first_width(xp, prob, cells, active, targets, options):
+    """``(width, evaluation)``: the continuation's first width for the diagram ``cells``, the
+    narrowest of ``options.widest / 4^k`` (of the domain's size) at which every cell holds
+    ``options.admissible`` of its target, and every wider one too (the widest if none),
+    and the evaluation there."""
+    side = xp.max(prob.hi - prob.lo)
 
     def narrower(state):
         width, _ = state
-        ok = (width / 4.0 > options.min_width * side) & admissible(width / 4.0)
+        ratio = _worst_ratio(xp, integrals_at(xp, prob, cells, width / 4.0).moments, targets, active)
+        ok = (width / 4.0 > options.min_width * side) & (ratio >= options.admissible)
         return xp.where(ok, width / 4.0, width), ok
-    side = xp.max(prob.hi - prob.lo)
-    widest = options.widest * side
-    width = xp.where(fair, 0.0, widest)
-    width = _compat.while_loop(lambda state: state[1], narrower, (width, ~fair))[0]
-    ev = _compat.cond(fair, lambda: ev, lambda: integrals_at(xp, prob, ev.cells, width))
-    return psi, ev, width
+    yes = xp.asarray(True, device=aac.device(cells.count))
+    width = _compat.while_loop(lambda state: state[1], narrower, (options.widest * side, yes))[0]
+    return width, integrals_at(xp, prob, cells, width)
 
 
 class _Stage(NamedTuple):
@@ -337,7 +337,8 @@ class _Stage(NamedTuple):
     blurred to ``width`` (0: the density itself), the next narrowing ``ratio``, the
     damping's mass ``floor`` for this width, the Newton steps done, the max error against
     the targets, the next first trial ``first``, the last damping ``t`` and how many steps
-    in a row stalled (no trial accepted), and whether a trial's cells overflowed."""
+    in a row stalled (no trial accepted), whether a trial's cells overflowed, and whether
+    the solve went through the continuation (from the start or from :func:`solve`'s restart)."""
 
     psi: object
     ev: object
@@ -350,6 +351,7 @@ class _Stage(NamedTuple):
     t: object
     stalls: object
     overflowed: object
+    blurred: object
 
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
@@ -376,6 +378,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
     spread = _masked_min(xp, targets, active) / xp.max(xp.where(active, targets, 0.0))
     dim = prob.seeds.shape[1]           # the Diracs' mean spacing, (volume / n)^(1/d)
     spacing = (xp.prod(prob.hi - prob.lo) / xp.maximum(xp.sum(xp.astype(active, psi.dtype)), 1.0)) ** (1.0 / dim)
+    reach2 = _reach2(xp, prob, active)
 
 
     def goal(width):
@@ -430,26 +433,41 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
         d = newton_direction(xp, prob, st.ev, active, goal(st.width) - st.ev.moments[:, 0], options.regularisation, solver,
                              _linear_rtol(xp, tol, norm0, options.forcing, spread),
                              fresh=st.it == 0)
-        hidden_at = _compat.cond(bounded, lambda: geom.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans),
-                                 lambda: xp.full_like(st.first, xp.inf))
-        if prob.seeds.shape[1] in options.hiding_on_the_backtracking:
-            t1 = _below_on_the_backtracking(xp, st.first, hidden_at, options.backtrack)
-        else:
-            t1 = xp.minimum(st.first, options.hiding_margin * hidden_at)
-        # a failed linear solve gives a non-finite direction: no trial
-        no = xp.asarray(False, device=dev)
-        t, new, ok, overflowed = _compat.cond(
-            xp.all(xp.isfinite(d)), lambda: damped_step(stage_prob, st.width, st.psi, st.ev, d, norm0, t1, st.floor),
-            lambda: (xp.zeros_like(t1), st.ev, no, no))
-        psi, ev = _compat.cond(ok, lambda: (st.psi + t * d, new), lambda: (st.psi, st.ev))
-        err = error(ev.moments, st.width)[0]
-        if log is not None:
-            _compat.host_call(log, st.it + 1, err, xp.where(ok, t, 0.0), st.width)
-        # the next step's first trial
-        first = xp.minimum(xp.where(t < st.first, options.damped_growth * t, options.growth * t), 1.0)
-        return st._replace(psi=psi, ev=ev, it=st.it + 1, err=err, first=xp.where(ok, first, st.first),
-                           t=xp.where(ok, t, 0.0), stalls=xp.where(ok & (t >= options.stall_step), 0, st.stalls + 1),
-                           overflowed=st.overflowed | overflowed)
+        # a direction wider than the squared diameter of the seeds and the domain (no weights of
+        # nonempty cells differ by more) is that of a Newton matrix with a null direction per
+        # piece of the support: cells in separate pieces, their masses unbalanced (Diracs
+        # sampled inside two discs, 1010 and 990 for equal masses, crawled 171 steps); the
+        # blur joins the pieces, so the continuation starts from here (once)
+        lost = (st.width == 0) & ~st.blurred & (_span(xp, d, active) > reach2)
+
+        def proceed():
+            hidden_at = _compat.cond(bounded, lambda: geom.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans),
+                                     lambda: xp.full_like(st.first, xp.inf))
+            if prob.seeds.shape[1] in options.hiding_on_the_backtracking:
+                t1 = _below_on_the_backtracking(xp, st.first, hidden_at, options.backtrack)
+            else:
+                t1 = xp.minimum(st.first, options.hiding_margin * hidden_at)
+            # a failed linear solve gives a non-finite direction: no trial
+            no = xp.asarray(False, device=dev)
+            t, new, ok, overflowed = _compat.cond(
+                xp.all(xp.isfinite(d)), lambda: damped_step(stage_prob, st.width, st.psi, st.ev, d, norm0, t1, st.floor),
+                lambda: (xp.zeros_like(t1), st.ev, no, no))
+            psi, ev = _compat.cond(ok, lambda: (st.psi + t * d, new), lambda: (st.psi, st.ev))
+            err = error(ev.moments, st.width)[0]
+            if log is not None:
+                _compat.host_call(log, st.it + 1, err, xp.where(ok, t, 0.0), st.width)
+            # the next step's first trial
+            first = xp.minimum(xp.where(t < st.first, options.damped_growth * t, options.growth * t), 1.0)
+            return st._replace(psi=psi, ev=ev, it=st.it + 1, err=err, first=xp.where(ok, first, st.first),
+                               t=xp.where(ok, t, 0.0), stalls=xp.where(ok & (t >= options.stall_step), 0, st.stalls + 1),
+                               overflowed=st.overflowed | overflowed)
+
+        def restart():
+            width, ev = first_width(xp, prob, st.ev.cells, active, targets, options)
+            return st._replace(ev=ev, width=width, ratio=xp.full_like(st.ratio, options.first_ratio), floor=floor_of(ev, width),
+                               err=error(ev.moments, width)[0], first=xp.ones_like(st.first), stalls=xp.zeros_like(st.stalls),
+                               blurred=xp.asarray(True, device=dev))
+        return _compat.cond(lost, restart, proceed)
 
     def narrowed(st):
         """The next width: the largest ``width / r`` admissible, ``r`` from ``st.ratio`` down
@@ -508,7 +526,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
     zero = xp.asarray(0, device=dev)
     one = xp.asarray(1.0, dtype=psi.dtype, device=dev)
     st = _Stage(psi, ev, width, xp.asarray(options.first_ratio, dtype=psi.dtype, device=dev), floor_of(ev, width), zero, err0,
-                one, one, zero, xp.asarray(False, device=dev))
+                one, one, zero, xp.asarray(False, device=dev), width > 0)
     st = _compat.while_loop(cond, body, st)
     # a solve stopped before the last width reports the density itself
     ev = _compat.cond(st.width > 0, lambda: integrals_at(xp, prob, st.ev.cells, xp.zeros_like(st.width)),
