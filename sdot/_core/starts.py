@@ -70,6 +70,7 @@ def rank_weights(xp, prob, targets, options):
     for k in range(y.shape[1]):
         order = xp.argsort(y[:, k])
         s = xp.take(y[:, k], order)
+        back = xp.argsort(order)                # each Dirac's place among the sorted
         below = xp.concat([zero, xp.cumulative_sum(xp.take(targets, order))])
         share = 0.5 * (xp.take(below, xp.searchsorted(s, s, side="left"))
                        + xp.take(below, xp.searchsorted(s, s, side="right"))) / total
@@ -77,5 +78,5 @@ def rank_weights(xp, prob, targets, options):
         step = (s[1:] - s[:-1]) * 0.5 * (f[:-1] + f[1:])      # W between consecutive coordinates
         down = xp.flip(xp.cumulative_sum(xp.flip(step[:mid], axis=0)), axis=0)
         primitive = xp.concat([-down, zero, xp.cumulative_sum(step[mid:])])
-        w = w + xp.take(primitive, xp.searchsorted(s, y[:, k], side="left"))
+        w = w + xp.take(primitive, back)
     return _compat.dot(y, y) - 2.0 * w
