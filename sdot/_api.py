@@ -465,6 +465,19 @@ def _near_duplicates(prob, tol):
             f"{resolved:.1g} or more apart; merge such Diracs (exact duplicates are merged) or raise tol")
 
 
+def _support_pieces(prob):
+    """How many separate pieces the density's support has: its positive grid cells, joined
+    across the sides they share (not across corners)."""
+    from scipy import ndimage
+
+    values = _driver._to_host(_autodiff.detach(prob.density.values))
+    dim = prob.seeds.shape[1]
+    positive = values > 0
+    while positive.ndim > dim:                  # a polynomial's coefficients per grid cell
+        positive = positive.any(axis=-1)
+    return int(ndimage.label(positive)[1])
+
+
 def _failure(plan, stop, tol, max_iter, prob, options):
     """Why a solve did not converge (with the Newton ``options``), for :class:`OtNotConverged`."""
     status = _STATUS[int(plan.status)]
@@ -481,6 +494,11 @@ def _failure(plan, stop, tol, max_iter, prob, options):
         lines.append(f"stalled: no step length of at least {options.stall_step:g} kept every cell above its floor and reduced "
                      f"the residual (last accepted damping {damping:.3g})")
         lines.append(_near_duplicates(prob, tol))
+        pieces = _support_pieces(prob)
+        if pieces > 1:
+            lines.append(f"the density's support has {pieces} separate pieces (zero between them): their masses "
+                         "balance only through cells that reach across the gaps, which the damped Newton steps did "
+                         "not find (a known limit with many small pieces)")
     else:
         lines.append("the last power diagram could not be certified (its cells may overlap or leave gaps): "
                      "its masses need not sum to the total")

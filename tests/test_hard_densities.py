@@ -179,6 +179,19 @@ def test_diracs_sampled_inside_two_discs(sdot_driver, name):
     assert int(plan.iterations) <= 40
 
 
+def test_a_stall_on_many_separate_pieces_says_so(numpy_driver):
+    """A known limit, reported: 700 Diracs inside 78 scattered pixels of a 64x64 image (0
+    elsewhere; two pairs share a side: 76 pieces) stall at a residual of 1e-3 (their masses
+    balance only through cells that reach across the gaps); ``OtNotConverged`` says so."""
+    rng = np.random.default_rng(1)
+    img = (rng.random((64, 64)) < 0.02).astype(float)
+    assert img.sum() == 78
+    k = rng.choice(np.flatnonzero(img.ravel() > 0), 700)
+    pts = (np.stack(np.unravel_index(k, img.shape), 1) + rng.random((700, 2))) / 64
+    with pytest.raises(sdot.OtNotConverged, match="support has 76 separate pieces"):
+        sdot.optimal_transport_plan(sdot.SumOfDiracs(pts), sdot.Grid(img))
+
+
 @pytest.mark.parametrize("name", ["numpy", "array_api_strict", "torch", "jax-jit"])   # JAX arrays: the same jitted solve
 def test_one_dirac_far_away(sdot_driver, name):
     """39 Diracs in the unit square and one at (1e4, 1e4), box density: the far cell's
