@@ -4,14 +4,18 @@ Where the density vanishes (a shape on a black background, holes, separate blobs
 varies by orders of magnitude, the damped Newton method stalls: a cell without mass has
 no row in the Newton matrix, and a cell of low density next to a dense region is moved
 by its linearisation far into it. The solver then first solves for the density blurred
-to a width ``s`` (positive everywhere, smooth at the scale ``s``), and narrows ``s``
+to a width ``s`` (positive in the support's box, smooth at the scale ``s``), and narrows ``s``
 stage after stage down to the density itself (:mod:`.newton`).
 
 The blur of a piecewise-constant density is again piecewise constant on the same grid
 (so its integrals stay exact): each pixel's mass is spread by the logistic kernel
 ``k_s(u) = sech(u / 2s)^2 / 4s`` along each axis, averaged over the receiving pixels,
-and the mass that would leave the domain is given back to the pixels inside in
-proportion (each column of the blur matrix sums to one: the total mass is kept). The
+within the support's box (the smallest box of pixels that holds every positive one), and
+the mass that would leave it is given back to the pixels inside in proportion (each
+column of the blur matrix sums to one: the total mass is kept). The starts that move
+the Diracs into that box (:mod:`.starts`) give every cell a point of it; blurred over
+the whole domain, a small support lost most of its mass to the cells around it (1% of
+the Diracs far away held 77 to 458 times their targets, and the solve crawled). The
 kernel's cumulative distribution is the logistic function and its integral the
 softplus ``s log(1 + exp(u / s))``, so every entry of the matrix is four softplus
 values: elementary operations of every array library.
@@ -29,9 +33,10 @@ def _softplus(xp, u, s):
     return s * (xp.maximum(z, 0.0) + xp.log1p(xp.exp(-xp.abs(z))))
 
 
-def blur_matrix(xp, n: int, width, like):
+def blur_matrix(xp, n: int, width, like, inside=None):
     """``B[i, j]``: the share of pixel j's mass that the blur of ``width`` (in pixels, a
-    0-d array > 0) puts in pixel i, for a row of ``n`` pixels; columns sum to one."""
+    0-d array > 0) puts in pixel i, for a row of ``n`` pixels; columns sum to one. With
+    ``inside`` (n,) (a run of pixels), only those receive."""
     edges = xp.arange(n + 1, dtype=like.dtype, device=aac.device(like))
     lo, hi = edges[:-1], edges[1:]
     c, d = lo[:, None], hi[:, None]             # receiving pixel i = [c, d]
@@ -39,22 +44,30 @@ def blur_matrix(xp, n: int, width, like):
     share = (_softplus(xp, d - a, width) - _softplus(xp, c - a, width)
              - _softplus(xp, d - b, width) + _softplus(xp, c - b, width))
     share = xp.maximum(share, 0.0)              # rounding, where the kernel is negligible
-    return share / xp.sum(share, axis=0, keepdims=True)
+    if inside is not None:
+        share = xp.where(inside[:, None], share, 0.0)
+    total = xp.sum(share, axis=0, keepdims=True)
+    return share / xp.where(total > 0, total, 1.0)
 
 
 def blurred(xp, density, width, lo, hi):
     """``density`` (n_0, ..., n_{d-1}) on the box ``[lo, hi]`` blurred to ``width`` (a 0-d
     array > 0, in units of the domain): the same grid, the same total mass, positive
-    everywhere."""
+    everywhere in the support's box, 0 outside it."""
     return blurred_in_pixels(xp, density, *(width * n / (hi[a] - lo[a]) for a, n in enumerate(density.shape)))
 
 
 def blurred_in_pixels(xp, density, *widths):
     """:func:`blurred` with the width in pixels along each axis: the blur matrix of each
-    axis applied along it (the kernel is separable)."""
+    axis applied along it (the kernel is separable), within the support's box (the
+    smallest box of pixels that holds every positive one)."""
     out = density
+    positive = density > 0
     for axis, width in enumerate(widths):
-        b = blur_matrix(xp, density.shape[axis], width, density)
+        others = tuple(a for a in range(density.ndim) if a != axis)
+        hit = xp.astype(xp.any(positive, axis=others) if others else positive, xp.int64)
+        inside = (xp.cumulative_sum(hit) > 0) & (xp.flip(xp.cumulative_sum(xp.flip(hit, axis=0)), axis=0) > 0)
+        b = blur_matrix(xp, density.shape[axis], width, density, inside)
         out = xp.moveaxis(xp.tensordot(b, out, axes=([1], [axis])), 0, axis)
     return out
 

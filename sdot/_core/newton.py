@@ -20,7 +20,7 @@ target. The start is the Voronoi diagram (psi = 0) if every cell holds 1% of its
 Otherwise (Diracs outside the support, zero regions, holes, separate pieces) the
 solve starts from the best of Voronoi and two maps of the Diracs into the support's
 box (:mod:`.starts`) against the density blurred by
-:mod:`.continuation`, positive everywhere, and narrows the blur to 0 as the cells
+:mod:`.continuation`, positive in the support's box, and narrows the blur to 0 as the cells
 allow: every stage starts where each cell holds a share of its target, the
 condition under which the damped Newton method converges.
 
