@@ -181,11 +181,11 @@ def test_diracs_sampled_inside_two_discs(sdot_driver, name):
 
 @pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
 def test_far_diracs_and_a_small_support(sdot_driver, name):
-    """500 Diracs, 5 of them up to 30 domain sides away, against a ring whose box is 0.4 of
+    """200 Diracs, 3 of them up to 30 domain sides away, against a ring whose box is 0.4 of
     the domain's side: the starts that move the Diracs into that box give the rest of the
     domain to the extreme cells (the far ones), which held tens of times their targets
-    against a blur over the whole domain (33 Newton steps; a stall for 2000 Diracs on a
-    64x64 ring). The blur now stays in the support's box: 17 steps, certified."""
+    against a blur over the whole domain (24 Newton steps; 49-56 for 2000 Diracs on a 64x64
+    ring, a stall for some). The blur now stays in the support's box: 13 steps, certified."""
     from conftest import Backend
 
     backend = Backend(name)
@@ -195,11 +195,11 @@ def test_far_diracs_and_a_small_support(sdot_driver, name):
     r = (x - 0.35) ** 2 + (y - 0.45) ** 2
     img = ((r > 0.1 ** 2) & (r < 0.2 ** 2)).astype(float)
     rng = np.random.default_rng(1)
-    pts = rng.random((500, 2))
-    pts[:5] = rng.uniform(-1, 1, (5, 2)) * 30
+    pts = rng.random((200, 2))
+    pts[:3] = rng.uniform(-1, 1, (3, 2)) * 30
     plan = solve(backend, pts, img)
     check_certified(backend, plan, pts, img)
-    assert int(plan.iterations) <= 25
+    assert int(plan.iterations) <= 18
 
 
 def test_the_blur_stays_in_the_support_box():
