@@ -161,8 +161,8 @@ def test_diracs_sampled_inside_two_discs(sdot_driver, name):
     """400 Diracs sampled inside two discs (0 elsewhere): the Voronoi start holds every
     target, but the two discs' counts do not match their masses, and no cell reaches
     across the gap: the Newton matrix has a null direction per disc, its steps crawled
-    (a stall at step 28 for this seed, 171 steps for 2000 Diracs). A direction wider than
-    the problem's squared diameter now starts the continuation: 23 steps."""
+    (a stall at step 8 for this seed; 23-84 steps for seeds 0-7, 171 for 2000 Diracs). A
+    direction wider than the problem's squared diameter starts the continuation: 21 steps."""
     from conftest import Backend
 
     backend = Backend(name)
@@ -170,8 +170,7 @@ def test_diracs_sampled_inside_two_discs(sdot_driver, name):
     c = (np.arange(32) + 0.5) / 32
     x, y = np.meshgrid(c, c, indexing="ij")
     img = (((x - 0.28) ** 2 + (y - 0.3) ** 2 < 0.15 ** 2) | ((x - 0.72) ** 2 + (y - 0.7) ** 2 < 0.15 ** 2)).astype(float)
-    rng = np.random.default_rng(3)
-    rng.random((5, 2)), rng.standard_normal((200, 2))           # (the draws of the clusters' case)
+    rng = np.random.default_rng(5)
     k = rng.choice(np.flatnonzero(img.ravel() > 0), 400)
     pts = (np.stack(np.unravel_index(k, img.shape), 1) + rng.random((400, 2))) / 32
     plan = solve(backend, pts, img)

@@ -235,12 +235,11 @@ def _regularised(xp, diag, active, rhs, regularisation):
 
 
 @_compat.jit_on_jax()
-def _reach2(xp, prob, active):
-    """The squared diameter of the box of the active seeds and the domain."""
-    big = float(xp.finfo(prob.seeds.dtype).max)
-    lo = xp.minimum(xp.min(xp.where(active[:, None], prob.seeds, big), axis=0), prob.lo)
-    hi = xp.maximum(xp.max(xp.where(active[:, None], prob.seeds, -big), axis=0), prob.hi)
-    return xp.sum((hi - lo) ** 2)
+def squared_diameter(xp, seeds, lo, hi):
+    """``D^2``: the squared diameter of the box of the ``seeds`` and the domain ``[lo, hi]``.
+    The weights of two nonempty cells differ by at most ``D^2``."""
+    span = xp.concat([seeds, lo[None, :], hi[None, :]], axis=0)
+    return xp.sum((xp.max(span, axis=0) - xp.min(span, axis=0)) ** 2)
 
 
 @_compat.jit_on_jax()
@@ -378,7 +377,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
     spread = _masked_min(xp, targets, active) / xp.max(xp.where(active, targets, 0.0))
     dim = prob.seeds.shape[1]           # the Diracs' mean spacing, (volume / n)^(1/d)
     spacing = (xp.prod(prob.hi - prob.lo) / xp.maximum(xp.sum(xp.astype(active, psi.dtype)), 1.0)) ** (1.0 / dim)
-    reach2 = _reach2(xp, prob, active)
+    reach2 = squared_diameter(xp, prob.seeds, prob.lo, prob.hi)
 
 
     def goal(width):

@@ -15,6 +15,13 @@ import array_api_compat as aac
 from . import _compat
 
 
+def _inner_box(xp, prob, options):
+    """``K``: the support's box shrunk by ``options.start_margin`` of its sides."""
+    box_lo, box_hi = prob.density.support_box(xp)
+    inset = options.start_margin * (box_hi - box_lo)
+    return box_lo + inset, box_hi - inset
+
+
 def similarity_weights(xp, prob, options):
     """Weights whose diagram takes each Dirac to a point of the density's support's box.
 
@@ -27,9 +34,7 @@ def similarity_weights(xp, prob, options):
     Dirac a cell that contains ``P(z_i)``: inside the box, even for a Dirac far outside it.
     Without outliers, the Voronoi diagram of the Diracs moved into the support's box.
     """
-    box_lo, box_hi = prob.density.support_box(xp)
-    inset = options.start_margin * (box_hi - box_lo)
-    k_lo, k_hi = box_lo + inset, box_hi - inset
+    k_lo, k_hi = _inner_box(xp, prob, options)
     y = prob.seeds
     n = y.shape[0]
     ranked = xp.sort(y, axis=0)
@@ -47,8 +52,8 @@ def similarity_weights(xp, prob, options):
 
 
 def rank_weights(xp, prob, targets, options):
-    """Weights whose diagram takes each Dirac to the point of the support's box (shrunk by
-    ``options.start_margin``) that ranks as it does, coordinate by coordinate.
+    """Weights whose diagram takes each Dirac to the point of ``K`` (:func:`_inner_box`)
+    that ranks as it does, coordinate by coordinate.
 
     Along each axis ``k``, ``f_k`` maps a coordinate ``v`` to the share of the ``targets``
     (masses) of the Diracs below it (half of those at ``v``) scaled into the box: an
@@ -58,9 +63,7 @@ def rank_weights(xp, prob, targets, options):
     (the similarity keeps it 1e-6 wide), a Dirac far out goes to the box's edge. ``W_k`` is
     summed outward from the median, so that a far Dirac's term does not round the others'.
     """
-    box_lo, box_hi = prob.density.support_box(xp)
-    inset = options.start_margin * (box_hi - box_lo)
-    k_lo, k_hi = box_lo + inset, box_hi - inset
+    k_lo, k_hi = _inner_box(xp, prob, options)
     y = prob.seeds
     n = y.shape[0]
     mid = n // 2
