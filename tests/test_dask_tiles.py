@@ -33,6 +33,26 @@ def test_default_tile_count_bounds_the_tiles():
             setup.tile_levels(1000, 2, bad)
 
 
+class _SlowScheduler:
+    """A client whose scheduler misses its first ``misses`` answers: ``scheduler_info()`` then
+    returns the client's cache, which lists no workers (distributed 2026.8)."""
+
+    def __init__(self, misses):
+        self.misses = misses
+
+    def scheduler_info(self):
+        self.misses -= 1
+        return {"workers": {} if self.misses >= 0 else {"tcp://w0": {"nthreads": 1}}}
+
+
+def test_workers_are_asked_again_when_the_scheduler_is_slow():
+    """A stale answer with no workers is asked again (a CI run once placed tiles on an empty
+    list: IndexError); a cluster that stays empty is a clear error, not an IndexError."""
+    assert list(setup.live_workers(_SlowScheduler(3), timeout=5)) == ["tcp://w0"]
+    with pytest.raises(RuntimeError, match="no live worker"):
+        setup.live_workers(_SlowScheduler(10 ** 6), timeout=0.5)
+
+
 def test_kept_labels_are_exact():
     """A tile keeps its cells' labels in int32; the core gets them back in int64, equal."""
     rng = np.random.default_rng(0)

@@ -17,6 +17,7 @@ Each tile also restores glibc's heap thresholds in its worker (:func:`heap_for_t
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 
@@ -142,7 +143,7 @@ class TileSet:
         self.client, self.positions, self.masses, self.total = client, positions, masses, total
         self.density, self.centre, self.scale = density, centre, scale
         self.aggregate_size, self.first_width = aggregate_size, first_width
-        self.workers = len(client.scheduler_info()["workers"])
+        self.workers = len(live_workers(client))
         n = positions.shape[0]
         levels = tile_levels(n, self.workers, tiles_per_worker)
         self.lo, self.hi, _ = tiling.kd_tiles(positions[::max(1, n // SAMPLE)].compute(), levels)
@@ -165,7 +166,7 @@ class TileSet:
                 client.wait_for_workers(self.workers, timeout=RESTART_WAIT)
             except TimeoutError:
                 pass
-        info = client.scheduler_info()["workers"]
+        info = live_workers(client)
         workers = sorted(info)
         blocks = self.positions.to_delayed().ravel()
         mass_blocks = self.masses.to_delayed().ravel() if self.masses is not None else [None] * len(blocks)
@@ -188,6 +189,22 @@ class TileSet:
         if self.checkpoint is not None:
             gathered([t.set_weights(psi) for t, psi in zip(tiles, self.checkpoint)])
         self.tiles, self.n_aggregates, self.sizes = tiles, int(offsets[-1]), [s[0] for s in sizes]
+
+
+def live_workers(client, timeout=RESTART_WAIT):
+    """The scheduler's workers (address -> info), at least one.
+
+    ``Client.scheduler_info()`` returns its cache when the scheduler does not answer in time,
+    and that cache lists no workers: ask again for up to ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        info = client.scheduler_info()["workers"]
+        if info:
+            return info
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"sdot.dask: the cluster has no live worker (waited {timeout:g} s)")
+        time.sleep(0.2)
 
 
 def with_halos(tiles, box_lo, box_hi, which, levels, first_width):
