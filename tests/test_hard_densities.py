@@ -8,6 +8,7 @@ masses is the optimal transport, so it certifies W2^2).
 """
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import textwrap
@@ -41,15 +42,23 @@ def solve(backend, points, img, weights=None, domain=None, **options):
     x = backend.asarray(points)
     src = sdot.SumOfDiracs(x) if weights is None else sdot.SumOfWeightedDiracs(x, backend.asarray(weights))
     grid = sdot.Grid(backend.asarray(img), domain=domain)
+    if backend.name != "jax-jit":
+        return sdot.optimal_transport_plan(src, grid, raise_on_failure=False, **options)
+    driver = (sdot.driver.framework, sdot.driver.jit_route, sdot.driver.dtype)
+    return SimpleNamespace(**_jitted_plan(driver, tuple(sorted(options.items())))(src, grid))
+
+
+@functools.cache
+def _jitted_plan(driver, options):
+    """One jitted plan per driver setting and options: solves of the same shapes share its
+    compile (about 20 s each)."""
+    import jax
 
     def run(s, g):
-        plan = sdot.optimal_transport_plan(s, g, raise_on_failure=False, **options)
-        if backend.name != "jax-jit":
-            return plan
+        plan = sdot.optimal_transport_plan(s, g, raise_on_failure=False, **dict(options))
         return {k: getattr(plan, k) for k in ("converged", "status", "residual", "iterations", "distance",
                                                "brenier_potential", "cell_masses", "barycenters")}
-    out = backend.run(run, src, grid)
-    return SimpleNamespace(**out) if backend.name == "jax-jit" else out
+    return jax.jit(run)
 
 
 def check_certified(backend, plan, points, img, weights=None, rel=1e-9):
