@@ -336,8 +336,9 @@ class _Stage(NamedTuple):
     blurred to ``width`` (0: the density itself), the next narrowing ``ratio``, the
     damping's mass ``floor`` for this width, the Newton steps done, the max error against
     the targets, the next first trial ``first``, the last damping ``t`` and how many steps
-    in a row stalled (no trial accepted), whether a trial's cells overflowed, and whether
-    the solve went through the continuation (from the start or from :func:`solve`'s restart)."""
+    in a row stalled (no trial accepted), whether a trial's cells overflowed, whether
+    the solve went through the continuation (from the start or from :func:`solve`'s restart),
+    the last width > 0 and whether the stages are solved tightly (after a return to it)."""
 
     psi: object
     ev: object
@@ -351,6 +352,8 @@ class _Stage(NamedTuple):
     stalls: object
     overflowed: object
     blurred: object
+    last_width: object
+    tight: object
 
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
@@ -437,7 +440,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
         # piece of the support: cells in separate pieces, their masses unbalanced (Diracs
         # sampled inside two discs, 1010 and 990 for equal masses, crawled 171 steps); the
         # blur joins the pieces, so the continuation starts from here (once)
-        lost = (st.width == 0) & ~st.blurred & (_span(xp, d, active) > reach2)
+        lost = (st.width == 0) & (_span(xp, d, active) > reach2)
 
         def proceed():
             hidden_at = _compat.cond(bounded, lambda: geom.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans),
@@ -466,7 +469,17 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
             return st._replace(ev=ev, width=width, ratio=xp.full_like(st.ratio, options.first_ratio), floor=floor_of(ev, width),
                                err=error(ev.moments, width)[0], first=xp.ones_like(st.first), stalls=xp.zeros_like(st.stalls),
                                blurred=xp.asarray(True, device=dev))
-        return _compat.cond(lost, restart, proceed)
+
+        # lost again after the continuation: separate pieces whose cells' masses the loose
+        # stages left unbalanced (the blur's tail alone joined them); back to the last width,
+        # its stages and the next ones solved to ``options.tight_stage_tol`` (once)
+        def back():
+            ev = integrals_at(xp, prob, st.ev.cells, st.last_width)
+            return st._replace(ev=ev, width=st.last_width, ratio=xp.full_like(st.ratio, options.first_ratio),
+                               floor=floor_of(ev, st.last_width), err=error(ev.moments, st.last_width)[0],
+                               first=xp.ones_like(st.first), stalls=xp.zeros_like(st.stalls), tight=xp.asarray(True, device=dev))
+        return _compat.cond(lost & ~st.blurred, restart,
+                            lambda: _compat.cond(lost & ~st.tight & (st.last_width > 0), back, proceed))
 
     def narrowed(st):
         """The next width: the largest ``width / r`` admissible, ``r`` from ``st.ratio`` down
@@ -501,17 +514,18 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
             ev0 = integrals_at(xp, prob, st.ev.cells, xp.zeros_like(st.width))
             return _worst_ratio(xp, ev0.moments, targets, active) >= options.final_admissible, ev0
         near = (st.width <= options.zero_check * spacing) | (worst >= 0.5 * now)
-        to_zero, ev0 = _compat.cond(ok & (tries == 1) & (width > 0) & near, at_zero, lambda: (no, ev))
+        to_zero, ev0 = _compat.cond(ok & (tries == 1) & (width > 0) & near & ~st.tight, at_zero, lambda: (no, ev))
         width, ev = _compat.cond(to_zero, lambda: (xp.zeros_like(width), ev0), lambda: (width, ev))
         ratio = xp.minimum(2.0 * ratio - 1.0, options.max_ratio)
         # the narrowest width reached, the density itself next: cells left in its zero region are lifted
         psi, ev = _compat.cond((width == 0) & ~to_zero, lambda: lifted(xp, prob, st.psi, ev, active, targets, options),
                                lambda: (st.psi, ev))
         return st._replace(psi=psi, ev=ev, width=width, ratio=ratio, floor=floor_of(ev, width), err=error(ev.moments, width)[0],
-                           stalls=xp.zeros_like(st.stalls), first=xp.ones_like(st.first))
+                           stalls=xp.zeros_like(st.stalls), first=xp.ones_like(st.first), last_width=st.width)
 
     def stage_done(st):
-        return (st.width > 0) & (_relative_error(xp, st.ev.moments, goal(st.width), active) <= options.stage_tol)
+        limit = xp.where(st.tight, xp.full_like(st.err, options.tight_stage_tol), options.stage_tol)
+        return (st.width > 0) & (_relative_error(xp, st.ev.moments, goal(st.width), active) <= limit)
 
     def cond(st):
         return (((st.width > 0) | (st.err > tol)) & (st.it < max_iter) & (st.stalls < options.stalls))
@@ -525,7 +539,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
     zero = xp.asarray(0, device=dev)
     one = xp.asarray(1.0, dtype=psi.dtype, device=dev)
     st = _Stage(psi, ev, width, xp.asarray(options.first_ratio, dtype=psi.dtype, device=dev), floor_of(ev, width), zero, err0,
-                one, one, zero, xp.asarray(False, device=dev), width > 0)
+                one, one, zero, xp.asarray(False, device=dev), width > 0, width, xp.asarray(False, device=dev))
     st = _compat.while_loop(cond, body, st)
     # a solve stopped before the last width reports the density itself
     ev = _compat.cond(st.width > 0, lambda: integrals_at(xp, prob, st.ev.cells, xp.zeros_like(st.width)),
