@@ -338,7 +338,8 @@ class _Stage(NamedTuple):
     the targets, the next first trial ``first``, the last damping ``t`` and how many steps
     in a row stalled (no trial accepted), whether a trial's cells overflowed, whether
     the solve went through the continuation (from the start or from :func:`solve`'s restart),
-    the last width > 0 and whether the stages are solved tightly (after a return to it)."""
+    the last width > 0 and how many times the solve returned to it (its stages then solved
+    more tightly)."""
 
     psi: object
     ev: object
@@ -353,7 +354,7 @@ class _Stage(NamedTuple):
     overflowed: object
     blurred: object
     last_width: object
-    tight: object
+    returns: object
 
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
@@ -472,14 +473,15 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
 
         # lost again after the continuation: separate pieces whose cells' masses the loose
         # stages left unbalanced (the blur's tail alone joined them); back to the last width,
-        # its stages and the next ones solved to ``options.tight_stage_tol`` (once)
+        # its stages and the next ones solved to ``options.tight_stage_tol^k`` at the k-th
+        # return (at most ``options.returns``)
         def back():
             ev = integrals_at(xp, prob, st.ev.cells, st.last_width)
             return st._replace(ev=ev, width=st.last_width, ratio=xp.full_like(st.ratio, options.first_ratio),
                                floor=floor_of(ev, st.last_width), err=error(ev.moments, st.last_width)[0],
-                               first=xp.ones_like(st.first), stalls=xp.zeros_like(st.stalls), tight=xp.asarray(True, device=dev))
+                               first=xp.ones_like(st.first), stalls=xp.zeros_like(st.stalls), returns=st.returns + 1)
         return _compat.cond(lost & ~st.blurred, restart,
-                            lambda: _compat.cond(lost & ~st.tight & (st.last_width > 0), back, proceed))
+                            lambda: _compat.cond(lost & (st.returns < options.returns) & (st.last_width > 0), back, proceed))
 
     def narrowed(st):
         """The next width: the largest ``width / r`` admissible, ``r`` from ``st.ratio`` down
@@ -514,7 +516,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
             ev0 = integrals_at(xp, prob, st.ev.cells, xp.zeros_like(st.width))
             return _worst_ratio(xp, ev0.moments, targets, active) >= options.final_admissible, ev0
         near = (st.width <= options.zero_check * spacing) | (worst >= 0.5 * now)
-        to_zero, ev0 = _compat.cond(ok & (tries == 1) & (width > 0) & near & ~st.tight, at_zero, lambda: (no, ev))
+        to_zero, ev0 = _compat.cond(ok & (tries == 1) & (width > 0) & near & (st.returns == 0), at_zero, lambda: (no, ev))
         width, ev = _compat.cond(to_zero, lambda: (xp.zeros_like(width), ev0), lambda: (width, ev))
         ratio = xp.minimum(2.0 * ratio - 1.0, options.max_ratio)
         # the narrowest width reached, the density itself next: cells left in its zero region are lifted
@@ -524,7 +526,8 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
                            stalls=xp.zeros_like(st.stalls), first=xp.ones_like(st.first), last_width=st.width)
 
     def stage_done(st):
-        limit = xp.where(st.tight, xp.full_like(st.err, options.tight_stage_tol), options.stage_tol)
+        tight = xp.full_like(st.err, options.tight_stage_tol) ** xp.astype(st.returns, st.err.dtype)
+        limit = xp.where(st.returns > 0, tight, options.stage_tol)
         return (st.width > 0) & (_relative_error(xp, st.ev.moments, goal(st.width), active) <= limit)
 
     def cond(st):
@@ -539,7 +542,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
     zero = xp.asarray(0, device=dev)
     one = xp.asarray(1.0, dtype=psi.dtype, device=dev)
     st = _Stage(psi, ev, width, xp.asarray(options.first_ratio, dtype=psi.dtype, device=dev), floor_of(ev, width), zero, err0,
-                one, one, zero, xp.asarray(False, device=dev), width > 0, width, xp.asarray(False, device=dev))
+                one, one, zero, xp.asarray(False, device=dev), width > 0, width, zero)
     st = _compat.while_loop(cond, body, st)
     # a solve stopped before the last width reports the density itself
     ev = _compat.cond(st.width > 0, lambda: integrals_at(xp, prob, st.ev.cells, xp.zeros_like(st.width)),

@@ -104,10 +104,13 @@ class NewtonOptions:
     floor_power: float = 0.5
     #: Newton steps at a width > 0 run until every cell is within this relative error.
     stage_tol: float = 0.7
-    #: The same after a return from the density itself (:func:`.newton.solve`): separate
-    #: pieces of the support whose cells' masses do not balance their targets are joined by
-    #: the blur's tail only; stages solved loosely left 9 pieces with 200 Diracs unbalanced.
+    #: The same after a return from the density itself (:func:`.newton.solve`), raised to
+    #: the number of returns: separate pieces of the support whose cells' masses do not
+    #: balance their targets are joined by the blur's tail only; stages solved loosely left
+    #: 9 pieces with 200 Diracs unbalanced.
     tight_stage_tol: float = 0.1
+    #: Returns to the last width of the blur at most.
+    returns: int = 3
     #: The widest width of the continuation, in units of the longest side of the domain.
     widest: float = 1.0
     #: Widths narrower than this share of the longest side are not tried (the next one is
