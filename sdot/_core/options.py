@@ -82,6 +82,10 @@ class NewtonOptions:
     #: Relative residual of the linear solves away from the solution (inexact Newton, see
     #: :func:`.newton._linear_rtol`).
     forcing: float = 1e-2
+    #: After a step damped below ``tiny_step`` (or none accepted), the forcing term is
+    #: ``tiny_step_forcing`` times smaller for the next direction.
+    tiny_step: float = 1e-3
+    tiny_step_forcing: float = 1e-2
     #: The start is the Voronoi diagram if every cell holds this share of its target (the
     #: damped Newton method copes with it), else see :func:`.newton.initial_weights`.
     start_admissible: float = 1e-2
