@@ -16,7 +16,9 @@ each costs a diagram (bench/LOG.md has the measurements behind these rules).
 
 Exact duplicates are merged (one active representative carries the group's
 mass) and zero-mass Diracs are inactive, so every active cell has a positive
-target. The start is the Voronoi diagram (psi = 0) if every cell holds 1% of its target.
+target. The start is the Voronoi diagram (psi = 0) if every cell holds 1% of its target
+(unless its first step hides a seed before ``hopeless_step``: a density that jumps, such as
+a disc on a grey background, then goes through the continuation as below).
 Otherwise (Diracs outside the support, zero regions, holes, separate pieces) the
 solve starts from the best of Voronoi and two maps of the Diracs into the support's
 box (:mod:`.starts`) against the density blurred by
@@ -257,6 +259,12 @@ def _worst_ratio(xp, moments, targets, active):
     return _masked_min(xp, moments[:, 0] / xp.where(active, targets, 1.0), active)
 
 
+def _within(xp, moments, targets, active, low, high):
+    """Whether every active cell holds between ``low`` and ``high`` times its target."""
+    ratio = moments[:, 0] / xp.where(active, targets, 1.0)
+    return (_masked_min(xp, ratio, active) >= low) & (xp.max(xp.where(active, ratio, 0.0)) <= high)
+
+
 def _relative_error(xp, moments, targets, active):
     """The largest relative cell-mass error, over the active cells."""
     e = xp.abs(moments[:, 0] - targets) / xp.where(active, targets, 1.0)
@@ -339,7 +347,7 @@ class _Stage(NamedTuple):
     in a row stalled (no trial accepted), whether a trial's cells overflowed, whether
     the solve went through the continuation (from the start or from :func:`solve`'s restart),
     the last width > 0 and how many times the solve returned to it (its stages then solved
-    more tightly)."""
+    more tightly), and whether no step was taken at this width yet."""
 
     psi: object
     ev: object
@@ -355,6 +363,7 @@ class _Stage(NamedTuple):
     blurred: object
     last_width: object
     returns: object
+    new_width: object
 
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
@@ -370,7 +379,11 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
     mean raised to it, :func:`stage_targets`); then ``s`` narrows to 0 if every cell holds ``options.final_admissible``
     of its target against the density itself, else to ``s / r`` with the largest ``r`` (at
     most ``options.max_ratio``, halved in the exponent while a cell would hold less than
-    ``options.admissible``). At width 0 the steps run to ``tol``. ``max_iter`` counts Newton
+    ``options.admissible``); the density itself also asks that no cell hold more than
+    ``options.most_admissible`` times its target. At width 0 the steps run to ``tol``; a first
+    step there that would hide a seed before ``options.hopeless_step`` sends the solve to the
+    blur (back to its last width after the continuation), as does a direction wider than the
+    squared diameter. ``max_iter`` counts Newton
     steps. A step that no trial satisfies leaves the weights as they are; after
     ``options.stalls`` such steps in a row the solve stops (``Solution.status``).
     """
@@ -429,7 +442,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
         # rarely hides a seed, and the bound costs a pass over the cells); its fans,
         # eagerly on NumPy, on another core during the host's sparse solve
         geom = geometry.of_seeds(prob.seeds)
-        bounded = (st.it == 0) | (st.t < 1.0) | (st.width > 0)
+        bounded = (st.it == 0) | (st.t < 1.0) | (st.width > 0) | st.new_width
         fans = None
         if not _compat.is_traced(bounded) and bool(bounded):
             fans = _compat.in_background(lambda: geom.fans(xp, prob.seeds, st.psi, active, st.ev.cells), st.psi)
@@ -447,10 +460,14 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
         # sampled inside two discs, 1010 and 990 for equal masses, crawled 171 steps); the
         # blur joins the pieces, so the continuation starts from here (once)
         lost = (st.width == 0) & (_span(xp, d, active) > reach2)
+        hidden_at = _compat.cond(bounded, lambda: geom.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans),
+                                 lambda: xp.full_like(st.first, xp.inf))
+        # a start whose cells all hold their share, but whose first step hides a seed almost at
+        # once, is far from the solution in the Newton model (a density that jumps): the
+        # continuation starts from here instead
+        lost = lost | ((st.width == 0) & st.new_width & (hidden_at < options.hopeless_step))
 
         def proceed():
-            hidden_at = _compat.cond(bounded, lambda: geom.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans),
-                                     lambda: xp.full_like(st.first, xp.inf))
             if prob.seeds.shape[1] in options.hiding_on_the_backtracking:
                 t1 = _below_on_the_backtracking(xp, st.first, hidden_at, options.backtrack)
             else:
@@ -468,13 +485,13 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
             first = xp.minimum(xp.where(t < st.first, options.damped_growth * t, options.growth * t), 1.0)
             return st._replace(psi=psi, ev=ev, it=st.it + 1, err=err, first=xp.where(ok, first, st.first),
                                t=xp.where(ok, t, 0.0), stalls=xp.where(ok & (t >= options.stall_step), 0, st.stalls + 1),
-                               overflowed=st.overflowed | overflowed)
+                               overflowed=st.overflowed | overflowed, new_width=xp.zeros_like(st.new_width))
 
         def restart():
             width, ev = first_width(xp, prob, st.ev.cells, active, targets, options)
             return st._replace(ev=ev, width=width, ratio=xp.full_like(st.ratio, options.first_ratio), floor=floor_of(ev, width),
                                err=error(ev.moments, width)[0], first=xp.ones_like(st.first), stalls=xp.zeros_like(st.stalls),
-                               blurred=xp.asarray(True, device=dev))
+                               blurred=xp.asarray(True, device=dev), new_width=xp.asarray(True, device=dev))
 
         # lost again after the continuation: separate pieces whose cells' masses the loose
         # stages left unbalanced (the blur's tail alone joined them); back to the last width,
@@ -484,7 +501,8 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
             ev = integrals_at(xp, prob, st.ev.cells, st.last_width)
             return st._replace(ev=ev, width=st.last_width, ratio=xp.full_like(st.ratio, options.first_ratio),
                                floor=floor_of(ev, st.last_width), err=error(ev.moments, st.last_width)[0],
-                               first=xp.ones_like(st.first), stalls=xp.zeros_like(st.stalls), returns=st.returns + 1)
+                               first=xp.ones_like(st.first), stalls=xp.zeros_like(st.stalls), returns=st.returns + 1,
+                               new_width=xp.asarray(True, device=dev))
         return _compat.cond(lost & ~st.blurred, restart,
                             lambda: _compat.cond(lost & (st.returns < options.returns) & (st.last_width > 0), back, proceed))
 
@@ -519,7 +537,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
         # only near the Diracs' spacing, or where the narrowing cost the poorest cell little)
         def at_zero():
             ev0 = integrals_at(xp, prob, st.ev.cells, xp.zeros_like(st.width))
-            return _worst_ratio(xp, ev0.moments, targets, active) >= options.final_admissible, ev0
+            return _within(xp, ev0.moments, targets, active, options.final_admissible, options.most_admissible), ev0
         near = (st.width <= options.zero_check * spacing) | (worst >= 0.5 * now)
         to_zero, ev0 = _compat.cond(ok & (tries == 1) & (width > 0) & near & (st.returns == 0), at_zero, lambda: (no, ev))
         width, ev = _compat.cond(to_zero, lambda: (xp.zeros_like(width), ev0), lambda: (width, ev))
@@ -528,7 +546,8 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
         psi, ev = _compat.cond((width == 0) & ~to_zero, lambda: lifted(xp, prob, st.psi, ev, active, targets, options),
                                lambda: (st.psi, ev))
         return st._replace(psi=psi, ev=ev, width=width, ratio=ratio, floor=floor_of(ev, width), err=error(ev.moments, width)[0],
-                           stalls=xp.zeros_like(st.stalls), first=xp.ones_like(st.first), last_width=st.width)
+                           stalls=xp.zeros_like(st.stalls), first=xp.ones_like(st.first), last_width=st.width,
+                           new_width=xp.asarray(True, device=dev))
 
     def stage_done(st):
         tight = xp.full_like(st.err, options.tight_stage_tol) ** xp.astype(st.returns, st.err.dtype)
@@ -547,7 +566,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
     zero = xp.asarray(0, device=dev)
     one = xp.asarray(1.0, dtype=psi.dtype, device=dev)
     st = _Stage(psi, ev, width, xp.asarray(options.first_ratio, dtype=psi.dtype, device=dev), floor_of(ev, width), zero, err0,
-                one, one, zero, xp.asarray(False, device=dev), width > 0, width, zero)
+                one, one, zero, xp.asarray(False, device=dev), width > 0, width, zero, xp.asarray(True, device=dev))
     st = _compat.while_loop(cond, body, st)
     # a solve stopped before the last width reports the density itself
     ev = _compat.cond(st.width > 0, lambda: integrals_at(xp, prob, st.ev.cells, xp.zeros_like(st.width)),
