@@ -19,7 +19,9 @@ compiles, and a second call on the same shapes), and the status. Cases (2,000 Di
 - ``collinear``: the box density, 400 random Diracs on a line;
 - ``repeated``: the box density, 40 Diracs each repeated 10 times;
 - ``decades``: the annulus, ``SumOfWeightedDiracs`` with masses ``10 ** uniform(-6, 0)``;
-- ``shifted``: square0 with the domain and the Diracs translated by 1e4.
+- ``shifted``: square0 with the domain and the Diracs translated by 1e4;
+- ``grey``: a disc of 1 (radius 0.3) on a background of 0.05, 5,000 Diracs (positive, but
+  jumping by 21 at the disc's edge).
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 CASES = ("square0", "square1e-12", "blobs", "annulus", "bridge", "diagonal", "far", "boundary", "near-dup",
-         "cluster", "collinear", "repeated", "decades", "shifted")
+         "cluster", "collinear", "repeated", "decades", "shifted", "grey")
 
 
 def case(name):
@@ -80,6 +82,10 @@ def case(name):
         return x, 10.0 ** rng.uniform(-6, 0, 2000), target_values("annulus"), None
     if name == "shifted":
         return x + 1e4, None, square, ((1e4, 1e4), (1e4 + 1.0, 1e4 + 1.0))
+    if name == "grey":
+        c = (np.arange(64) + 0.5) / 64
+        disc = (c[:, None] - 0.5) ** 2 + (c[None, :] - 0.5) ** 2 < 0.3 ** 2
+        return np.random.default_rng(0).random((5000, 2)), None, np.where(disc, 1.0, 0.05), None
     raise ValueError(f"unknown case {name!r}: {', '.join(CASES)}")
 
 
