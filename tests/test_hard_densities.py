@@ -165,20 +165,23 @@ def test_clusters_of_diracs_converge(sdot_driver, name):
     check_certified(backend, plan, pts, disc())
 
 
-def test_a_disc_on_a_grey_background(sdot_driver):
+@pytest.mark.parametrize("where", ["uniform", "corner", "outside"])
+def test_a_disc_on_a_grey_background(sdot_driver, where):
     """A density positive everywhere that jumps by 21 at a disc's edge (a shape on a grey
-    background) and 1000 uniform Diracs: every cell of the Voronoi start holds a good share of
-    its target, but its first Newton step hides a seed at t = 0.002 and damped Newton crawled
-    (46 steps; 126 for 5000 Diracs on 64 x 64). That start now goes through the blur, and the
-    density itself is taken once no cell holds more than 3 times its target there (16 steps).
-    Every 10th cell integrated without sdot; torch and JAX give NumPy's W2^2."""
+    background), 1000 Diracs: from uniform ones, every cell of the Voronoi start holds a good
+    share of its target, but its first Newton step hides a seed at t = 0.002 and damped Newton
+    crawled (46 steps); such a start goes through the blur, and the density itself is taken
+    once no cell holds more than 3 times its target there (16 steps). Diracs in a corner or
+    all outside the domain too. Every 10th cell integrated without sdot; for the uniform ones,
+    torch and JAX give NumPy's W2^2."""
     from conftest import Backend
     from reference import laguerre_cell, pixel_integrals
 
     img = disc(32) + 0.05
     points = np.random.default_rng(0).random((1000, 2))
+    points = {"uniform": points, "corner": 0.1 * points, "outside": points + 1.5}[where]
     plans = {}
-    for name in ("numpy", "torch", "jax"):
+    for name in ("numpy", "torch", "jax") if where == "uniform" else ("numpy",):
         backend = Backend(name)
         sdot_driver.framework = backend.framework
         plans[name] = solve(backend, points, img, max_iter=30)
@@ -187,7 +190,7 @@ def test_a_disc_on_a_grey_background(sdot_driver):
     psi, lo, hi = np.asarray(plans["numpy"].brenier_potential), np.zeros(2), np.ones(2)
     rho = img / img.mean()
     masses = [pixel_integrals(laguerre_cell(points, psi, i, lo, hi), points[i], rho, lo, hi)[0] for i in range(0, 1000, 10)]
-    np.testing.assert_allclose(masses, 1 / 1000, atol=1e-11)
+    np.testing.assert_allclose(masses, 1 / 1000, atol=1e-10)
 
 
 @pytest.mark.parametrize("name", ["numpy", "torch", "jax"])

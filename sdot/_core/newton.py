@@ -254,14 +254,19 @@ def _masked_min(xp, x, mask):
     return xp.min(xp.where(mask, x, xp.inf))
 
 
+def _ratios(xp, moments, targets, active):
+    """Each cell's mass over its target (inactive cells: their mass)."""
+    return moments[:, 0] / xp.where(active, targets, 1.0)
+
+
 def _worst_ratio(xp, moments, targets, active):
     """The smallest ratio of a cell's mass to its target, over the active cells."""
-    return _masked_min(xp, moments[:, 0] / xp.where(active, targets, 1.0), active)
+    return _masked_min(xp, _ratios(xp, moments, targets, active), active)
 
 
 def _within(xp, moments, targets, active, low, high):
     """Whether every active cell holds between ``low`` and ``high`` times its target."""
-    ratio = moments[:, 0] / xp.where(active, targets, 1.0)
+    ratio = _ratios(xp, moments, targets, active)
     return (_masked_min(xp, ratio, active) >= low) & (xp.max(xp.where(active, ratio, 0.0)) <= high)
 
 
@@ -437,12 +442,12 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
     def newton_step(st):
         stage_prob = at_width(st.width)
         _, norm0 = error(st.ev.moments, st.width)
-        # the hiding step bounds the first trial of the first step, of the steps after a
-        # damped one and of the continuation's (after a full step at width 0 a full step
+        # the hiding step bounds the first trial of the first step at each width, of the steps
+        # after a damped one and of the continuation's (after a full step at width 0 a full step
         # rarely hides a seed, and the bound costs a pass over the cells); its fans,
         # eagerly on NumPy, on another core during the host's sparse solve
         geom = geometry.of_seeds(prob.seeds)
-        bounded = (st.it == 0) | (st.t < 1.0) | (st.width > 0) | st.new_width
+        bounded = st.new_width | (st.t < 1.0) | (st.width > 0)
         fans = None
         if not _compat.is_traced(bounded) and bool(bounded):
             fans = _compat.in_background(lambda: geom.fans(xp, prob.seeds, st.psi, active, st.ev.cells), st.psi)
