@@ -109,28 +109,17 @@ def certify(seeds, weights, img, lo=(0.0, 0.0), hi=(1.0, 1.0)):
 
 def exact_laguerre_moments(seeds, weights, lo=(0.0, 0.0), hi=(1.0, 1.0)):
     """Cell masses (n,) and W2^2 of the power diagram ``(seeds, weights)`` against the
-    uniform density of mass 1 on the box, in exact rational arithmetic: every cell is the
-    box clipped by all the other seeds' half-planes, from the floats as given. Slow (for
-    tens of seeds), but free of rounding: the ground truth where seeds lie far apart
-    (one at 1e6), which :func:`laguerre_cells` cannot resolve."""
+    uniform density of mass 1 on the box, in exact rational arithmetic (:func:`exact_laguerre_cell`).
+    Slow (for tens of seeds), but free of rounding: the ground truth where seeds lie far
+    apart (one at 1e6), which :func:`laguerre_cells` cannot resolve."""
     from fractions import Fraction as F
 
-    y = [(F(float(a)), F(float(b))) for a, b in seeds]
-    w = [F(float(t)) for t in weights]
     (x0, y0), (x1, y1) = [[F(float(t)) for t in p] for p in (lo, hi)]
     box_area = (x1 - x0) * (y1 - y0)
     masses, cost = [], F(0)
-    for i, (yi, wi) in enumerate(zip(y, w)):
-        poly = [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
-        for j, (yj, wj) in enumerate(zip(y, w)):
-            if j == i or yj == yi:
-                continue
-            # power_i(x) <= power_j(x):  2 x . (y_j - y_i) <= |y_j|^2 - |y_i|^2 - w_j + w_i
-            a, b = 2 * (yj[0] - yi[0]), 2 * (yj[1] - yi[1])
-            c = yj[0] ** 2 + yj[1] ** 2 - yi[0] ** 2 - yi[1] ** 2 - wj + wi
-            poly = _clip_exact(poly, a, b, c)
-            if not poly:
-                break
+    for i in range(len(seeds)):
+        poly = exact_laguerre_cell(seeds, weights, i, lo, hi)
+        yi = (F(float(seeds[i][0])), F(float(seeds[i][1])))
         area = second = F(0)
         for (px, py), (qx, qy) in zip(poly, poly[1:] + poly[:1]):
             ax, ay, bx, by = px - yi[0], py - yi[1], qx - yi[0], qy - yi[1]
@@ -140,6 +129,28 @@ def exact_laguerre_moments(seeds, weights, lo=(0.0, 0.0), hi=(1.0, 1.0)):
         masses.append(float(area / box_area))
         cost += second / box_area
     return np.array(masses), float(cost)
+
+
+def exact_laguerre_cell(seeds, weights, i, lo=(0.0, 0.0), hi=(1.0, 1.0)):
+    """Cell i of the power diagram ``(seeds, weights)`` in the box, exactly: the box clipped
+    by every other seed's half-plane, in rationals from the floats as given; its vertices
+    (a list of pairs of ``Fraction``, counter-clockwise; empty if the cell is)."""
+    from fractions import Fraction as F
+
+    y = [(F(float(a)), F(float(b))) for a, b in seeds]
+    w = [F(float(t)) for t in weights]
+    (x0, y0), (x1, y1) = [[F(float(t)) for t in p] for p in (lo, hi)]
+    poly = [(x0, y0), (x1, y0), (x1, y1), (x0, y1)]
+    for j, (yj, wj) in enumerate(zip(y, w)):
+        if j == i or yj == y[i]:
+            continue
+        # power_i(x) <= power_j(x):  2 x . (y_j - y_i) <= |y_j|^2 - |y_i|^2 - w_j + w_i
+        a, b = 2 * (yj[0] - y[i][0]), 2 * (yj[1] - y[i][1])
+        c = yj[0] ** 2 + yj[1] ** 2 - y[i][0] ** 2 - y[i][1] ** 2 - wj + w[i]
+        poly = _clip_exact(poly, a, b, c)
+        if not poly:
+            break
+    return poly
 
 
 def _clip_exact(poly, a, b, c):

@@ -6,7 +6,7 @@ repair heals the cells.)"""
 import numpy as np
 import pytest
 
-from sdot._core import _compat, newton, options, planar
+from sdot._core import _compat, newton_matrix, options, planar
 from sdot._core._compat.host_only import threads as host_threads
 from sdot._core.planar import hiding, integrate, kinetic, polygons, repair
 
@@ -28,7 +28,7 @@ def kernels(xp, b):
     moments, facet = integrate.cell_integrals(xp, seeds, before, image, lo, hi)
     uniform_moments, uniform_facet = integrate.cell_integrals(xp, seeds, moved, b.asarray(np.full((1, 1), 1.3)),
                                                               lo, hi)
-    _, cols, weights, diag, _ = newton._laplacian(xp, seeds, before, facet, active, moments[:, 0],
+    _, cols, weights, diag, _ = newton_matrix._laplacian(xp, seeds, before, facet, active, moments[:, 0],
                                                   options.DEFAULT.regularisation)
     return dict(cols=cols, weights=weights, diag=diag,
                 hiding=hiding.hiding_step(xp, seeds, psi0, psi1 - psi0, active, before),

@@ -327,7 +327,7 @@ def test_newton_matrix_is_the_voronoi_laplacian(backend):
     each pair once per direction, and its diagonal their row sums (plus the regulariser)."""
     from scipy.spatial import Voronoi
 
-    from sdot._core import newton, options, planar
+    from sdot._core import newton_matrix, options, planar
     from sdot._core.planar import integrate
 
     xp, n = backend.xp, 150
@@ -346,7 +346,7 @@ def test_newton_matrix_is_the_voronoi_laplacian(backend):
         cells = planar.power_cells(xp, seeds, xp.zeros((n,), dtype=xp.float64, device=dev), active, lo, hi)
         moments, facet = integrate.cell_integrals(xp, seeds, cells, xp.ones((1, 1), dtype=xp.float64, device=dev),
                                                   lo, hi)
-        return newton._laplacian(xp, seeds, cells, facet, active, moments[:, 0], options.DEFAULT.regularisation)[:4]
+        return newton_matrix._laplacian(xp, seeds, cells, facet, active, moments[:, 0], options.DEFAULT.regularisation)[:4]
 
     rows, cols, w, diag = (backend.to_numpy(a) for a in backend.run(matrix, backend.asarray(y)))
     got = np.zeros((n, n))

@@ -36,6 +36,7 @@ from typing import NamedTuple
 import array_api_compat as aac
 
 from . import _compat, continuation, geometry, starts
+from .newton_matrix import near_gauge, newton_direction
 from .options import DEFAULT, DIAGRAM
 
 
@@ -142,98 +143,6 @@ def _without_integrals(xp, cells, dim):
     dev = aac.device(cells.count)
     dtype = cells.vertices.dtype
     return Evaluation(cells, xp.zeros((n, dim + 2), dtype=dtype, device=dev), xp.zeros((n, cap), dtype=dtype, device=dev))
-
-
-def newton_direction(xp, prob, ev, active, rhs, regularisation, solver, rtol=None, fresh=None):
-    """Solve ``DG d = rhs`` (sparse weighted Laplacian, ``regularisation`` times its mean
-    diagonal added to it), in the gauge mean(d) = 0, to a relative residual ``rtol`` with the
-    ``solver`` (see :class:`._compat.LinearSolver`).
-
-    ``DG`` is singular along constants: the part of ``rhs`` along them (its
-    mean, which is rounding error since both mass vectors sum to the same
-    total) is removed first, and so is the mean of ``d`` after the solve.
-    Otherwise the regulariser turns a rounding error of ``sum(rhs)`` into a
-    huge constant shift of the weights, which costs FP32 all its precision.
-    """
-    rows, cols, w, diag, rhs = _laplacian(xp, prob.seeds, ev.cells, ev.facet, active, rhs, regularisation)
-    d = solver.solve(xp, rows, cols, w, diag, rhs, rtol, points=prob.seeds, fresh=fresh)
-    return _centred(xp, d, active)
-
-
-@_compat.jit_on_jax()
-def _centred(xp, x, active):
-    """``x`` minus its mean over the ``active`` entries (inactive entries set to 0)."""
-    count = xp.maximum(xp.sum(xp.astype(active, x.dtype)), 1.0)
-    return xp.where(active, x - xp.sum(xp.where(active, x, 0.0)) / count, 0.0)
-
-
-def _laplacian(xp, seeds, cells, facet, active, rhs, regularisation):
-    """Entries ``(rows, cols, w)`` of ``W``, the diagonal (``regularisation`` times its mean
-    added) and the centred right-hand side.
-
-    ``W_ij = (int of rho over facet ij) / (2 |y_i - y_j|)``. Eagerly one entry per facet
-    of nonzero integral, rows non-decreasing (:func:`_facet_entries`); traced one per
-    edge slot, zero where there is no facet (in blocks of rows, see
-    :func:`._compat.blockwise`).
-    """
-    n = cells.labels.shape[0]
-    if _compat.static_shapes(seeds, cells.labels, facet):
-        rows = xp.arange(n, dtype=xp.int64, device=aac.device(seeds))
-        rows_per_slot = xp.broadcast_to(rows[:, None], cells.labels.shape)
-        other, w = _compat.slotwise(xp, lambda c, r, lab, f: _facet_weights(xp, seeds, r, lab, c, f),
-                                    cells.count, (rows,), (cells.labels, facet), (rows_per_slot, 0.0))
-        diag = _compat.row_sum(xp, w)
-        rows, cols, w = (xp.reshape(a, (-1,)) for a in (rows_per_slot, other, w))
-    else:
-        rows, cols, w = _facet_entries(xp, seeds, cells, facet)
-        diag = _compat.segment_sum(xp, w, rows, n)
-    return (rows, cols, w) + _regularised(xp, diag, active, rhs, regularisation)
-
-
-def _facet_entries(xp, seeds, cells, facet):
-    """Eagerly, ``(rows, cols, w)`` of the edge slots with a neighbour and a nonzero
-    facet integral, in slot order: a few operations on those entries alone (measured
-    at 1e4 cells of 16 slots: about 1 ms against 6 to 10 ms for the kernel over every slot
-    with the flattening after it)."""
-    n, cap = cells.labels.shape
-    k = xp.arange(cap, dtype=xp.int64, device=aac.device(seeds))[None, :]
-    is_facet = (k < cells.count[:, None]) & (cells.labels >= 0) & (facet != 0)
-    slot = xp.nonzero(xp.reshape(is_facet, (-1,)))[0]
-    rows = slot // cap
-    cols = xp.take(xp.reshape(cells.labels, (-1,)), slot)
-    dist = _distances(xp, seeds, rows, cols[:, None])[:, 0]
-    return rows, cols, xp.take(xp.reshape(facet, (-1,)), slot) / (2.0 * dist)
-
-
-@_compat.jit_on_jax()
-def _facet_weights(xp, seeds, rows, labels, count, facet):
-    """Kernel of :func:`_laplacian` for the cells ``rows``: the neighbour of each edge
-    slot (the cell itself where none) and its weight, ``(other, w)`` (n, V)."""
-    cap = labels.shape[1]
-    k = xp.arange(cap, dtype=xp.int64, device=aac.device(rows))[None, :]
-    is_facet = (k < count[:, None]) & (labels >= 0)
-    other = xp.where(is_facet, labels, rows[:, None])
-    dist = _distances(xp, seeds, rows, other)
-    return other, xp.where(is_facet, facet / (2.0 * xp.where(is_facet, dist, 1.0)), 0.0)
-
-
-def _distances(xp, seeds, rows, j):
-    """``|y_j - y_row|``, of ``j``'s shape ``(m, V)`` (``rows`` (m,)), in any dimension: one
-    gather per coordinate (NumPy gathers rows of a few coordinates several times slower)."""
-    square = None
-    for axis in range(seeds.shape[1]):
-        x = seeds[:, axis]
-        delta = _compat.flat_take(x, j) - xp.take(x, rows)[:, None]
-        square = delta * delta if square is None else square + delta * delta
-    return xp.sqrt(square)
-
-
-@_compat.jit_on_jax("regularisation")
-def _regularised(xp, diag, active, rhs, regularisation):
-    """:func:`_laplacian`'s regularised diagonal and centred right-hand side."""
-    scale = xp.sum(diag) / xp.maximum(xp.sum(xp.astype(active, diag.dtype)), 1.0)
-    diag = xp.where(active, diag + regularisation * scale, 1.0)
-    return diag, _centred(xp, rhs, active)
 
 
 @_compat.jit_on_jax()
@@ -459,6 +368,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
         d = newton_direction(xp, prob, st.ev, active, goal(st.width) - st.ev.moments[:, 0], options.regularisation, solver,
                              _linear_rtol(xp, tol, norm0, forcing, spread),
                              fresh=st.it == 0)
+        d = near_gauge(xp, d, prob.seeds, active)
         # a direction wider than the squared diameter of the seeds and the domain (no weights of
         # nonempty cells differ by more) is that of a Newton matrix with a null direction per
         # piece of the support: cells in separate pieces, their masses unbalanced (Diracs

@@ -60,8 +60,9 @@ class NewtonOptions:
     the linear solves, the start, the stages of the continuation, the lift and the stall
     test; the diagrams' options and the linear solver's."""
 
-    #: Added to the Newton matrix's diagonal, times its mean diagonal: fixes the constant
-    #: null space of the Laplacian.
+    #: Added to the Newton matrix's diagonal, times the mean diagonal (but at most a thousand
+    #: times the row's own, :func:`.newton_matrix.regularised_diagonal`): fixes the constant null
+    #: space of the Laplacian.
     regularisation: float = 1e-9
     #: The first damping trial of a step is ``min(1, growth * t)``, ``t`` that of the last step.
     growth: float = 4.0

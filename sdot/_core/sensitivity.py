@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, newton
+from . import _compat, newton, newton_matrix
 from .density import grid_density
 from .gradients import GradientState, gradients
 
@@ -133,7 +133,7 @@ def _solve(xp, lin, rhs, solver, fresh=True):
     reg = REGULARISATION[8 if lin.seeds.dtype == xp.float64 else 4]
     rtol = xp.asarray(1e-13 if lin.seeds.dtype == xp.float64 else 1e-6, dtype=lin.seeds.dtype,
                       device=aac.device(lin.seeds))
-    return newton.newton_direction(xp, prob, ev, lin.active, rhs, reg, solver, rtol=rtol,
+    return newton_matrix.newton_direction(xp, prob, ev, lin.active, rhs, reg, solver, rtol=rtol,
                                    fresh=xp.asarray(fresh, device=aac.device(lin.seeds)))
 
 

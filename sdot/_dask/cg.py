@@ -44,13 +44,13 @@ class CoarseSolver:
         return self.factor.solve(rhs)
 
 
-def solve(tiles, regularisation, mean, rtol, refactor=True, max_iter=1000):
+def solve(tiles, regularisation, scale, mean, rtol, refactor=True, max_iter=1000):
     """Solve the Newton system of the ``tiles`` (their :meth:`.tile.Tile.newton_system`
-    made) to a relative residual ``rtol``: the regularised diagonal adds ``regularisation``
-    (already times the mean diagonal), the right-hand side is centred by ``mean``.
+    made) to a relative residual ``rtol``: the diagonal regularised as the core's (the
+    relative ``regularisation``, the mean diagonal ``scale``), the right-hand side centred by ``mean``.
     ``refactor``: new block factors (else those of the last solve).
     Returns the iterations; the solution stays on the tiles (``system.x``)."""
-    progress = gathered([t.start_solve(regularisation, mean, refactor) for t in tiles])
+    progress = gathered([t.start_solve(regularisation, scale, mean, refactor) for t in tiles])
     coarse = CoarseSolver([s[3] for s in progress], sum(s[1].size for s in progress))
     target = rtol * np.sqrt(sum(p[2] for p in progress))
     beta, rz, it = 0.0, None, 0

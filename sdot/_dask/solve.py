@@ -163,7 +163,7 @@ class _Newton:
         # new block factors every step: kept ones (the core's rent-or-buy) cost as much in
         # iterations as they save (2e5 Diracs, 2 workers: 17 iterations a step instead of 14,
         # factorisations 17 s instead of 22 s, conjugate gradient 13 s instead of 9.5 s)
-        cg_iterations = cg.solve(tiles, options.regularisation * diag_sum / count, rhs_sum / count, rtol)
+        cg_iterations = cg.solve(tiles, options.regularisation, diag_sum / count, rhs_sum / count, rtol)
         clock("linear solve")
         total, count = (sum(v) for v in zip(*gathered([t.direction_sum() for t in tiles])))
         halo_d = cg.routed(gathered([t.set_direction(total / max(count, 1)) for t in tiles]))

@@ -261,12 +261,12 @@ class Tile:
             self.ev = self.ev._replace(facet=None)
         return self.system.scalars()
 
-    def start_solve(self, regularisation, mean, refactor=True):
+    def start_solve(self, regularisation, scale, mean, refactor=True):
         """See :meth:`.tile_system.TileSystem.start`, with the rows of ``z`` for the halos.
         ``refactor=False``: the factors of the last solve made so (new ones the first time),
         kept between Newton steps; else new ones, freed with the system (:meth:`set_direction`)."""
         start = _now()
-        out = self.system.start(regularisation, mean, None if refactor else self.factor)
+        out = self.system.start(regularisation, scale, mean, None if refactor else self.factor)
         self._spent("factor", start)
         self.factor = self.system.factor if not refactor else None    # kept only to be reused
         return out + (self.send("z"),)

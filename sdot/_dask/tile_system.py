@@ -1,6 +1,6 @@
 """A tile's rows of the Newton matrix and its share of the distributed conjugate gradient.
 
-The Newton matrix is ``A = D - W`` (:func:`sdot._core.newton._laplacian`: ``W_ij`` the
+The Newton matrix is ``A = D - W`` (:func:`sdot._core.newton_matrix._laplacian`: ``W_ij`` the
 density integrated over facet ``ij`` divided by ``2 |y_i - y_j|``, ``D`` the row sums plus
 the gauge regulariser, 1 on inactive Diracs). A tile holds the rows of its owned Diracs,
 ``A_T = [A_TT  A_TH]`` (owned and halo columns), from its exact owned cells.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .._core import newton
+from .._core import newton_matrix
 from .._core._compat.host_only import sparse_lu
 from .._core._compat.linalg import FactorPCGOptions
 
@@ -49,7 +49,7 @@ class TileSystem:
         self.n_aggregates = n_aggregates
         m = seeds.shape[0]
         if n:
-            rows, cols, w = newton._facet_entries(np, seeds, cells_of(ev), ev.facet)
+            rows, cols, w = newton_matrix._facet_entries(np, seeds, cells_of(ev), ev.facet)
             keep = rows < n
             self.rows, self.cols, self.w = rows[keep], cols[keep], w[keep]
         else:
@@ -64,14 +64,14 @@ class TileSystem:
         a = self.active
         return float(np.sum(self.diag[a])), int(np.sum(a)), float(np.sum(self.rhs[a]))
 
-    def start(self, regularisation, mean, factor=None):
-        """The regularised matrix (``regularisation`` times the global mean diagonal added to
-        the active diagonal) and the factors of its owned block (new ones, or ``factor``: those
+    def start(self, regularisation, scale, mean, factor=None):
+        """The regularised matrix (the core's :func:`.newton_matrix.regularised_diagonal` of
+        ``regularisation`` and the global mean diagonal ``scale``) and the factors of its owned block (new ones, or ``factor``: those
         of an earlier Newton matrix, still SPD, a weaker preconditioner), the right-hand side
         centred by the global ``mean``; the conjugate gradient from 0. Returns :meth:`_progress`
         and the owned rows' part of the coarse matrix ``P^T A P`` as ``(rows, cols, values)``."""
         n, a = self.n, self.active
-        diag = np.where(a, self.diag + regularisation, 1.0)
+        diag = newton_matrix.regularised_diagonal(np, self.diag, a, regularisation, scale)
         ids = np.arange(n)
         self.matrix = sp.csr_matrix((np.concatenate([diag, -self.w]),
                                      (np.concatenate([ids, self.rows]), np.concatenate([ids, self.cols]))),

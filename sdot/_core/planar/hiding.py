@@ -64,12 +64,14 @@ def _fan_geometry(xp, seeds, psi, active, rows, labels, count):
     first = xp.argmin(xp.where(j >= 0, z, xp.inf), axis=1)[:, None]    # the fan's origin
     ax, ay, za = (xp.take_along_axis(v, first, axis=1) for v in (x, y, z))
     bx, by, cx, cy = x[:, :-1], y[:, :-1], x[:, 1:], y[:, 1:]
-    # barycentric coordinates of the origin (seed i) in the triangle a, b, c
-    det = (bx - ax) * (cy - ay) - (by - ay) * (cx - ax)
+    # barycentric coordinates of the origin (seed i) in the triangle a, b, c, as the areas of
+    # its triangles with two corners over their sum: no products of a far corner's
+    # coordinates that cancel (a Dirac 1e6 away: the differences' form lost 8 digits, and
+    # its rounding, as large as the gap of a seed next to the far cell, halted the steps)
+    cbc, cca, cab = bx * cy - by * cx, cx * ay - cy * ax, ax * by - ay * bx
+    det = cbc + cca + cab
     divisor = xp.where(det != 0, det, 1.0)
-    lb = ((cx - ax) * ay - (cy - ay) * ax) / divisor
-    lc = ((by - ay) * ax - (bx - ax) * ay) / divisor
-    la = 1.0 - lb - lc
+    la, lb, lc = cbc / divisor, cca / divisor, cab / divisor
     valid = (xp.take_along_axis(j, first, axis=1) >= 0) & (j[:, :-1] >= 0) & (j[:, 1:] >= 0) & (det != 0)
     zb, zc = z[:, :-1], z[:, 1:]
     zi = -xp.take(psi, rows)[:, None]
@@ -77,7 +79,7 @@ def _fan_geometry(xp, seeds, psi, active, rows, labels, count):
     gap = zi - (la * za + lb * zb + lc * zc) - tol
     below = valid & (la >= 0) & (lb >= 0) & (lc >= 0) & (gap < 0)
     kept = xp.argmax(xp.astype(below, xp.int8), axis=1)[:, None]        # the first such triangle
-    lb, lc, gap = (xp.take_along_axis(v, kept, axis=1)[:, 0] for v in (lb, lc, xp.where(below, gap, xp.inf)))
+    la, lb, lc, gap = (xp.take_along_axis(v, kept, axis=1)[:, 0] for v in (la, lb, lc, xp.where(below, gap, xp.inf)))
     corners = xp.concat([xp.take_along_axis(safe, first, axis=1),
                          xp.take_along_axis(safe, xp.concat([kept, kept + 1], axis=1), axis=1)], axis=1)
-    return corners, xp.stack([1.0 - lb - lc, lb, lc], axis=1), gap
+    return corners, xp.stack([la, lb, lc], axis=1), gap
