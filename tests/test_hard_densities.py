@@ -71,6 +71,23 @@ def check_certified(backend, plan, points, img, weights=None, rel=1e-9):
     assert float(plan.distance) == pytest.approx(cost, rel=rel)
 
 
+def core_solve(backend, points, values, max_iter):
+    """The core's solve (``sdot._core.plan.solve_plan``, tol 1e-10) of equal masses at
+    ``points`` against the pixel ``values`` (of mean 1) on the unit square: ``(converged,
+    W2^2, the solver's own weights)``, without the public weights' mean-0 gauge, which
+    rounds the others' away next to a far Dirac's."""
+    from sdot._core import newton, plan as core_plan
+    from sdot._core.density import PixelDensity
+
+    n = len(points)
+    seeds, masses, rho, lo, hi = (backend.asarray(a) for a in (points, np.full(n, 1 / n), values, [0.0, 0.0],
+                                                               [1.0, 1.0]))
+    prob = newton.Problem(seeds, masses, PixelDensity(rho, lo, hi))
+    out = backend.run(lambda p: {k: v for k, v in core_plan.solve_plan(backend.xp, p, 1e-10, max_iter).items()
+                                 if k in ("converged", "distance", "solution")}, prob)
+    return bool(out["converged"]), float(out["distance"]), backend.to_numpy(out["solution"].psi)
+
+
 # --------------------------------------------------------------- reference case
 @pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
 def test_square_on_zero_background_matches_the_cpp_solver(sdot_driver, name):
@@ -154,11 +171,8 @@ def test_a_tight_cluster_next_to_a_far_dirac(name, far):
     the solver's own weights, cut exactly (in rationals), hold their targets; JAX's public
     solve gives NumPy's W2^2."""
     from conftest import Backend
-    from sdot._core import newton, plan as core_plan
-    from sdot._core.density import PixelDensity
 
     backend = Backend(name)
-    xp = backend.xp
     rng = np.random.default_rng(8)
     pts = rng.random((60, 2))
     pts[40:45] = 0.7 + 1e-7 * rng.random((5, 2))
@@ -168,13 +182,9 @@ def test_a_tight_cluster_next_to_a_far_dirac(name, far):
         assert all(bool(p.converged) for p in plans)
         assert float(plans[1].distance) == pytest.approx(float(plans[0].distance), rel=1e-12)
         return
-    seeds, masses, values, lo, hi = (backend.asarray(a) for a in (pts, np.full(60, 1 / 60), np.ones((1, 1)),
-                                                                  [0.0, 0.0], [1.0, 1.0]))
-    prob = newton.Problem(seeds, masses, PixelDensity(values, lo, hi))
-    out = backend.run(lambda p: {k: v for k, v in core_plan.solve_plan(xp, p, 1e-10, 30).items()
-                                 if k in ("converged", "solution")}, prob)
-    assert bool(out["converged"])
-    masses, _ = exact_laguerre_moments(pts, backend.to_numpy(out["solution"].psi))
+    converged, _, psi = core_solve(backend, pts, np.ones((1, 1)), 30)
+    assert converged
+    masses, _ = exact_laguerre_moments(pts, psi)
     np.testing.assert_allclose(masses, 1 / 60, atol=1e-10)
 
 
@@ -389,21 +399,14 @@ def test_one_dirac_very_far_away_in_the_core(name, far):
     mean-0 gauge of the public ones rounds the others' away). The far cell's mass moves
     W2^2 by ``|y - x|^2 ~ 2 far^2`` per unit: masses to 1e-9 allow W2^2 to 4e-9 far^2."""
     from conftest import Backend
-    from sdot._core import newton, plan as core_plan
-    from sdot._core.density import PixelDensity
 
     backend = Backend(name)
-    xp = backend.xp
     pts = np.concatenate([np.random.default_rng(8).random((39, 2)), [[far, far]]])
-    seeds, masses, values, lo, hi = (backend.asarray(a) for a in (pts, np.full(40, 1 / 40), np.ones((1, 1)),
-                                                                  [0.0, 0.0], [1.0, 1.0]))
-    prob = newton.Problem(seeds, masses, PixelDensity(values, lo, hi))
-    out = backend.run(lambda p: {k: v for k, v in core_plan.solve_plan(xp, p, 1e-10, 100).items()
-                                 if k in ("converged", "distance", "solution")}, prob)
-    assert bool(out["converged"])
-    masses, cost = exact_laguerre_moments(pts, backend.to_numpy(out["solution"].psi))
+    converged, distance, psi = core_solve(backend, pts, np.ones((1, 1)), 100)
+    assert converged
+    masses, cost = exact_laguerre_moments(pts, psi)
     np.testing.assert_allclose(masses, 1 / 40, atol=1e-9)
-    assert abs(float(out["distance"]) - cost) <= 4e-9 * far ** 2
+    assert abs(distance - cost) <= 4e-9 * far ** 2
 
 
 @pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
@@ -420,11 +423,8 @@ def test_one_dirac_very_far_from_a_shape(name, background):
     against the pixels; JAX's public solve gives NumPy's W2^2."""
     from conftest import Backend
     from reference import exact_laguerre_cell, pixel_integrals
-    from sdot._core import newton, plan as core_plan
-    from sdot._core.density import PixelDensity
 
     backend = Backend(name)
-    xp = backend.xp
     img = disc(32) + background
     rho = img / img.mean()
     pts = np.random.default_rng(4).random((1000, 2))
@@ -434,13 +434,8 @@ def test_one_dirac_very_far_from_a_shape(name, background):
         assert all(bool(p.converged) for p in plans)
         assert float(plans[1].distance) == pytest.approx(float(plans[0].distance), rel=1e-12)
         return
-    seeds, masses, values, lo, hi = (backend.asarray(a) for a in (pts, np.full(1000, 1e-3), rho, [0.0, 0.0],
-                                                                  [1.0, 1.0]))
-    prob = newton.Problem(seeds, masses, PixelDensity(values, lo, hi))
-    out = backend.run(lambda p: {k: v for k, v in core_plan.solve_plan(xp, p, 1e-10, 25).items()
-                                 if k in ("converged", "solution")}, prob)
-    assert bool(out["converged"])
-    psi = backend.to_numpy(out["solution"].psi)
+    converged, _, psi = core_solve(backend, pts, rho, 25)
+    assert converged
     for i in range(0, 1000, 50):
         cell = np.array([[float(a), float(b)] for a, b in exact_laguerre_cell(pts, psi, i)])
         # the mass about a point of the cell (about the far seed, the areas would cancel)
