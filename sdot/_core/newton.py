@@ -36,7 +36,7 @@ from typing import NamedTuple
 import array_api_compat as aac
 
 from . import _compat, continuation, geometry, starts
-from .newton_matrix import near_gauge, newton_direction
+from .newton_matrix import near_domain, newton_direction
 from .options import DEFAULT, DIAGRAM
 
 
@@ -309,6 +309,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
     dim = prob.seeds.shape[1]           # the Diracs' mean spacing, (volume / n)^(1/d)
     spacing = (xp.prod(prob.hi - prob.lo) / xp.maximum(xp.sum(xp.astype(active, psi.dtype)), 1.0)) ** (1.0 / dim)
     reach2 = squared_diameter(xp, prob.seeds, prob.lo, prob.hi)
+    gauge = near_domain(xp, prob.seeds, active)      # the Diracs whose mean weight the steps keep
 
 
     def goal(width):
@@ -367,8 +368,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
         forcing = options.forcing * xp.where(st.t < options.tiny_step, xp.full_like(st.t, options.tiny_step_forcing), 1.0)
         d = newton_direction(xp, prob, st.ev, active, goal(st.width) - st.ev.moments[:, 0], options.regularisation, solver,
                              _linear_rtol(xp, tol, norm0, forcing, spread),
-                             fresh=st.it == 0)
-        d = near_gauge(xp, d, prob.seeds, active)
+                             fresh=st.it == 0, gauge=gauge)
         # a direction wider than the squared diameter of the seeds and the domain (no weights of
         # nonempty cells differ by more) is that of a Newton matrix with a null direction per
         # piece of the support: cells in separate pieces, their masses unbalanced (Diracs

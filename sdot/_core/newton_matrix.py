@@ -3,7 +3,7 @@
 The Jacobian of the cell masses is the weighted graph Laplacian ``DG = D - W`` with
 ``W_ij = (int of rho over facet ij) / (2 |y_i - y_j|)``; it is singular along constants,
 fixed by a tiny diagonal regulariser (:func:`regularised_diagonal`), and the direction is
-taken of mean 0 (over the Diracs near the domain in the solve: :func:`near_gauge`).
+taken of mean 0 (over the Diracs near the domain in the solve: :func:`near_domain`).
 """
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ import array_api_compat as aac
 from . import _compat
 
 
-def newton_direction(xp, prob, ev, active, rhs, regularisation, solver, rtol=None, fresh=None):
+def newton_direction(xp, prob, ev, active, rhs, regularisation, solver, rtol=None, fresh=None, gauge=None):
     """Solve ``DG d = rhs`` (sparse weighted Laplacian, regularised by
-    :func:`regularised_diagonal`), in the gauge mean(d) = 0, to a relative residual ``rtol`` with the
-    ``solver`` (see :class:`._compat.LinearSolver`).
+    :func:`regularised_diagonal`), to a relative residual ``rtol`` with the ``solver`` (see
+    :class:`._compat.LinearSolver`), in the gauge where ``d`` has mean 0 over the ``gauge``
+    Diracs (a mask; the ``active`` ones if None, :func:`near_domain` in the solve).
 
     ``DG`` is singular along constants: the part of ``rhs`` along them (its
     mean, which is rounding error since both mass vectors sum to the same
@@ -25,34 +26,28 @@ def newton_direction(xp, prob, ev, active, rhs, regularisation, solver, rtol=Non
     """
     rows, cols, w, diag, rhs = _laplacian(xp, prob.seeds, ev.cells, ev.facet, active, rhs, regularisation)
     d = solver.solve(xp, rows, cols, w, diag, rhs, rtol, points=prob.seeds, fresh=fresh)
-    return _centred(xp, d, active)
+    return _centred(xp, d, active, active if gauge is None else gauge)
 
 
 @_compat.jit_on_jax()
-def near_gauge(xp, d, seeds, active):
-    """The direction ``d`` (``seeds`` centred on the domain and scaled by its longest side)
-    less its mean over the active Diracs near the domain (within half its size of its box;
-    over all of them if none is): adding a constant to every weight changes no cell, and
-    this one keeps the weights of the Diracs near the domain about their start's.
+def near_domain(xp, seeds, active):
+    """The active Diracs within half the domain's size of its box (``seeds`` centred on the
+    domain and scaled by its longest side), or all the active ones if none is: those whose
+    mean weight the Newton steps keep.
 
-    With :func:`_centred`'s mean over every Dirac, a Dirac 1e3 domain sizes away (its
-    weight about 2e6) shifted the others' weights by 3e4, whose rounding (1e-11) moves the
-    facets of Diracs 1e-7 apart by 1e-4: 5 Diracs within 1e-7 and one 1e3 away stalled at
-    a residual of 3e-10 (1e6 away: 9e-7), the regulariser and the hiding step already fixed
-    for far Diracs; now 6 steps.
+    A mean over every Dirac let a far one's weight (1e3 domain sizes away: about 2e6) shift
+    the others' by its share, whose rounding moved the facets of Diracs 1e-7 apart past
+    what their masses allow.
     """
     near = active & xp.all(xp.abs(seeds) <= 1.0, axis=1)
-    basis = xp.where(xp.any(near), near, active)
-    count = xp.maximum(xp.sum(xp.astype(basis, d.dtype)), 1.0)
-    # bit for bit the mean-0 direction when every Dirac is near
-    return xp.where(xp.any(active & ~near), xp.where(active, d - xp.sum(xp.where(basis, d, 0.0)) / count, 0.0), d)
+    return xp.where(xp.any(near), near, active)
 
 
 @_compat.jit_on_jax()
-def _centred(xp, x, active):
-    """``x`` minus its mean over the ``active`` entries (inactive entries set to 0)."""
-    count = xp.maximum(xp.sum(xp.astype(active, x.dtype)), 1.0)
-    return xp.where(active, x - xp.sum(xp.where(active, x, 0.0)) / count, 0.0)
+def _centred(xp, x, active, basis):
+    """``x`` minus its mean over the ``basis`` entries, 0 on the inactive ones."""
+    count = xp.maximum(xp.sum(xp.astype(basis, x.dtype)), 1.0)
+    return xp.where(active, x - xp.sum(xp.where(basis, x, 0.0)) / count, 0.0)
 
 
 def _laplacian(xp, seeds, cells, facet, active, rhs, regularisation):
@@ -120,7 +115,7 @@ def _distances(xp, seeds, rows, j):
 def _regularised(xp, diag, active, rhs, regularisation):
     """:func:`_laplacian`'s regularised diagonal and centred right-hand side."""
     scale = xp.sum(diag) / xp.maximum(xp.sum(xp.astype(active, diag.dtype)), 1.0)
-    return regularised_diagonal(xp, diag, active, regularisation, scale), _centred(xp, rhs, active)
+    return regularised_diagonal(xp, diag, active, regularisation, scale), _centred(xp, rhs, active, active)
 
 
 #: Rows whose diagonal is below this share of the mean get a regulariser relative to their own
@@ -136,14 +131,10 @@ def regularised_diagonal(xp, diag, active, regularisation, scale):
     added to the active rows, 1 on the others: ``regularisation`` times the mean diagonal,
     but at most ``regularisation / SMALL_ROW`` times the row's own.
 
-    Any positive multiple of the identity or of the diagonal fixes the constant null
-    direction of the Laplacian. The mean alone did not suit a Dirac 1e6 domain sizes away
-    (facet integrals over distances of 1e6: a diagonal 1e-9 of the mean): its regulariser
-    outweighed its diagonal, its Newton step was half as long as its error asked, and no
-    damping decreased the error by the share the test asks (a stall at a residual of 5e-6).
-    Rows of a thousandth of the mean or more keep the mean's regulariser (relative to their
-    own it perturbed the directions of the bench's Gaussian at 1e5 by 1e-4, and its path
-    took a step more).
+    Either fixes the constant null direction of the Laplacian. The mean's alone outweighed
+    the diagonal of a Dirac 1e6 domain sizes away (facet integrals over distances of 1e6)
+    and halved its Newton step, so that no damping was accepted; rows of a thousandth of
+    the mean or more keep it (their directions unchanged).
     """
     own = xp.maximum(diag / SMALL_ROW, REGULARISATION_FLOOR * scale)
     return xp.where(active, diag + regularisation * xp.minimum(scale, own), 1.0)
