@@ -254,16 +254,35 @@ def _median_run(runs):
     return row
 
 
+def _spawn_peer(python, target, n, tol, timeout):
+    """A row of the C++ solver (bench/peer.py) run by the interpreter ``python``, in a
+    directory of its own (so that ``import sdot`` is the C++ package there)."""
+    import tempfile
+
+    cmd = [python, str(HERE / "peer.py"), "--target", target, "--n", str(n), "--tol", str(tol)]
+    with tempfile.TemporaryDirectory() as cwd:
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=timeout,
+                                  env=dict(os.environ, PYTHONPATH=""))
+        except subprocess.TimeoutExpired:
+            return dict(target=target, n=n, backend="C++ sdot", error=f"timeout after {timeout} s")
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode or not lines:
+        return dict(target=target, n=n, backend="C++ sdot", error=proc.stderr.strip().splitlines()[-1:])
+    return json.loads(lines[-1])
+
+
 def _format(row, reference=None):
     if "error" in row:
         return f"{row['target']:6} {row['n']:8d} {row['backend']:8}  failed: {row['error']}"
     split = " ".join(f"{row[p]:6.2f}" if row.get(p) is not None else "     -" for p in PHASES)
     extra = f"  compile {row['compile']:.1f} s" if row.get("compile") else ""
     extra += f"  warm-up {row['warmup']:.2f} s" if row.get("warmup") else ""
+    extra += "  NOT CONVERGED" if row.get("converged") is False else ""
     if row.get("spread"):
         low, high, count = row["spread"]
         extra += f"  median of {count}: {low:.2f} to {high:.2f} s"
-    ratio = f"  x{row['time'] / reference:.2f}" if reference else ""
+    ratio = f"  ratio {row['time'] / reference:.2f}" if reference else ""
     return (f"{row['target']:6} {row['n']:8d} {row['backend']:8} {row['steps']:5d} {row['residual']:9.1e} "
             f"{row['w2']:.12e} {row['time']:8.2f} {row['rss']:8.0f}   {split}{extra}{ratio}")
 
@@ -281,6 +300,9 @@ def main(argv=None):
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per row")
     parser.add_argument("--repeat", type=int, default=1,
                         help="fresh processes per row; the run of median time is printed (default 1)")
+    parser.add_argument("--peer", metavar="PYTHON",
+                        help="a Python whose `import sdot` is the package index's C++ solver: each row is run "
+                             "there too (bench/peer.py), in the same sitting, and each of ours gets its ratio")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--backend", help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
@@ -296,7 +318,11 @@ def main(argv=None):
         for n in args.n:
             rows = [_median_run([_spawn(b, target, n, args.tol, args.timeout) for _ in range(args.repeat)])
                     for b in args.backends]
-            peer = _spawn("pysdot", target, n, args.tol, args.timeout)
+            if args.peer:
+                peer = _median_run([_spawn_peer(args.peer, target, n, args.tol, args.timeout)
+                                    for _ in range(args.repeat)])
+            else:
+                peer = _spawn("pysdot", target, n, args.tol, args.timeout)
             reference = peer.get("time") if "error" not in peer else None
             for row in rows:
                 print(_format(row, reference), flush=True)

@@ -215,6 +215,16 @@ def numpy_driver(sdot_driver):
     return sdot_driver
 
 
+@pytest.fixture
+def array_kernels():
+    """The host runs the array-API kernels (the compiled ones off, ``HostSettings.compiled``):
+    for the tests of their own machinery, and to compare the two routes."""
+    from sdot._core._compat.host_only.threads import host_settings
+
+    with host_settings(compiled=False):
+        yield
+
+
 @pytest.fixture(scope="module")
 def client():
     """The dask tests' cluster: a ``LocalCluster`` of 2 one-thread worker processes and its

@@ -231,9 +231,25 @@ def test_only_the_compat_shim_of_the_core_imports_a_framework():
     root = Path(core.__file__).parent
     allowed = set(sys.stdlib_module_names) | {"array_api_compat"}
     for path in root.rglob("*.py"):
-        if "_compat" not in path.relative_to(root).parts:
+        if not {"_compat", "compiled"} & set(path.relative_to(root).parts):
             absolute, _ = _imports(path)
             assert absolute <= allowed, (str(path.relative_to(root)), sorted(absolute - allowed))
+
+
+def test_compiled_kernels_import_only_the_standard_library_numpy_scipy_and_numba():
+    """The rule of ``sdot._core.compiled`` (DESIGN rule 7): host kernels, NumPy in and out; its
+    modules import the standard library, numpy, scipy and numba, each other and the host's
+    threads and the cube of the 3D cells, never a framework (array_api_compat, torch, jax)."""
+    import sys
+    from pathlib import Path
+
+    import sdot._core.compiled as compiled
+
+    allowed = set(sys.stdlib_module_names) | {"numpy", "scipy", "numba"}
+    for path in Path(compiled.__file__).parent.glob("*.py"):
+        absolute, levels = _imports(path)
+        assert absolute <= allowed, (path.name, sorted(absolute - allowed))
+        assert levels <= {0, 1, 2}, path.name
 
 
 def test_host_modules_import_only_the_standard_library_numpy_and_scipy():

@@ -112,7 +112,7 @@ class FactorPCG:
 
     def __init__(self, options: FactorPCGOptions = FactorPCGOptions()):
         self.options = options
-        self.cache = sparse_lu.FactorCache(options, _numpy_conjugate_gradient)
+        self.cache = sparse_lu.FactorCache(options, _numpy_conjugate_gradient, _compiled_jacobi_cg)
 
     def solve(self, xp, rows, cols, weights, diag, rhs, rtol=None, points=None, fresh=None):
         rtol = _rtol(xp, rtol, self.options.rtol, rhs)
@@ -123,6 +123,20 @@ class FactorPCG:
         out = host_callback(xp, lambda *a: sparse_lu.solve_laplacian(cache, *a), tuple(rhs.shape),
                             _numpy_dtype(rhs), *args)
         return _solve_cg(xp, rows, cols, weights, diag, rhs, rtol) if out is None else out
+
+
+def _compiled_jacobi_cg(mat, rhs, rtol, max_iter):
+    """The compiled conjugate gradient preconditioned by the diagonal
+    (:func:`..compiled.linalg.jacobi_cg`): ``(x, iterations)``, or None where the compiled
+    kernels are off."""
+    from .. import compiled
+
+    if not compiled.enabled():
+        return None
+    from ..compiled.linalg import jacobi_cg
+
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        return jacobi_cg(mat, rhs, rtol, max_iter)
 
 
 def _numpy_conjugate_gradient(matvec, precondition, rhs, rtol, max_iter):

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat, gradients
+from .. import _compat, compiled, gradients
 from ..options import DIAGRAM
 from . import integrate
 from .kinetic import moved, moved_rows
@@ -52,6 +52,9 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     ``overflow`` flags report it. ``stop_if_empty``: eagerly, a diagram with an empty active
     cell is returned uncertified as soon as it is found (a rejected damping trial).
     """
+    if candidates is None and (cells := _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous,
+                                                          stop_if_empty)) is not None:
+        return cells
     dev = aac.device(seeds)
     same = previous is not None and candidates is None and previous.labels.shape[1] == capacity
     if same and not _compat.static_shapes(seeds) and _mostly_turned_over(xp, seeds, psi, active, lo, hi, previous,
@@ -85,6 +88,38 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     if same:
         return _rebuilt(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_empty, options)
     return _from_candidates(xp, seeds, psi, active, lo, hi, capacity, candidates, previous, stop_if_empty, options)
+
+
+def _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_empty):
+    """Eagerly on the host, every cell by the compiled kernel (:func:`..compiled.cells3d.power_cells`:
+    each cell clipped from the box by the previous diagram's neighbours, then by the seeds of a
+    k-d tree that may cut it, exact whatever the weights); None where it does not run (traced
+    or device arrays, numba missing or turned off) or where rounding broke a cell (the array
+    kernels then build the diagram)."""
+    if _compat.static_shapes(seeds):
+        return None
+    host = [_compat.host_view(a) for a in (seeds, psi, active, lo, hi)]
+    if any(h is None for h in host) or not compiled.enabled():
+        return None
+    from ..compiled import cells3d
+
+    fields = ("vertices", "corners", "adjacent", "size", "labels", "count")
+    past = None if previous is None else tuple(_compat.host_view(getattr(previous, f)) for f in fields)
+    if past is not None and any(p is None for p in past):
+        past = None
+    while True:
+        *arrays, status = cells3d.power_cells(*host, capacity, past)
+        if (status == cells3d.BROKEN).any():
+            return None
+        overflow = status == cells3d.OVERFLOWED
+        if not overflow.any() or capacity >= 1024:
+            break
+        capacity = (3 * capacity // 2 + 3) // 4 * 4
+    back = [_compat.from_host(xp, a, seeds) for a in arrays + [overflow]]
+    cells = Cells(*back, xp.asarray(True, device=aac.device(seeds)))
+    if stop_if_empty and _emptied(xp, cells, active):
+        return _uncertified(xp, cells)
+    return cells
 
 
 def _rebuilt(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_empty, options):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, compiled
 from ..moments import FAR, about_seeds
 from . import faces, sensitivity
 from .bernstein import (bernstein_axis_second_moments, bernstein_cell_integrals,  # noqa: F401 (re-exported)
@@ -27,6 +27,8 @@ from .polyhedra import facet_triangles, listed_triangles
 def cell_integrals(xp, seeds, cells, values, lo, hi):
     """``(moments (n, 5), facet (n, F))``: per cell the mass, the first moments and the
     second moment about the seed; per facet slot the density integrated over the facet."""
+    if (found := _compiled_integrals(xp, seeds, cells, values, lo, hi)) is not None:
+        return found
     if tuple(values.shape) == (1, 1, 1) and not _compat.static_shapes(cells.vertices):
         moments, facet = _compat.blockwise(xp, lambda *rows: _uniform_rows(xp, cells, rows, False), *_rowwise(cells))
         return moments * values[0, 0, 0], facet * values[0, 0, 0]
@@ -35,6 +37,22 @@ def cell_integrals(xp, seeds, cells, values, lo, hi):
                                  seeds, *_rowwise(cells))
     tri, slot, valid = facet_triangles(xp, cells)
     return faces.cell_integrals_of_triangles(xp, seeds, tri, slot, valid, cells.labels.shape[1], values, lo, hi)
+
+
+def _compiled_integrals(xp, seeds, cells, values, lo, hi):
+    """Eagerly on the host, :func:`cell_integrals` by the compiled kernel
+    (:func:`..compiled.integrals3d.cell_integrals`: each cell cut into its pieces in the voxels,
+    each integrated in closed form); None where it does not run."""
+    if _compat.static_shapes(cells.vertices):
+        return None
+    arrays = (seeds, cells.vertices, cells.corners, cells.adjacent, cells.size, cells.count, values, lo, hi)
+    host = [_compat.host_view(a) for a in arrays]
+    if any(h is None for h in host) or not compiled.enabled():
+        return None
+    from ..compiled import integrals3d
+
+    moments, facet = integrals3d.cell_integrals(*host, cells.labels.shape[1])
+    return _compat.from_host(xp, moments, seeds), _compat.from_host(xp, facet, seeds)
 
 
 def _voxel_rows(xp, seeds, cells, rows, values, lo, hi):

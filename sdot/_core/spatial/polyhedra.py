@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, cube
 
 #: Facet slots per cell (grown eagerly on overflow): the 6 sides of the box and the
 #: neighbours (15 on average for uniform points, up to about 50).
@@ -58,25 +58,7 @@ class Cells(NamedTuple):
     certified: object
 
 
-def _cube():
-    """The unit cube's corners (8, 3) in {0, 1}^3, their facet slots counter-clockwise
-    from outside and their adjacent corners, by the conventions of the module docstring
-    (lists)."""
-    corners, planes, adjacent = [], [], []
-    for c in range(8):
-        bits = [(c >> a) & 1 for a in range(3)]
-        p = [2 * a + bits[a] for a in range(3)]                 # the side of each axis
-        # the outward normals are +-e_0, +-e_1, +-e_2: det = product of the signs
-        if (2 * bits[0] - 1) * (2 * bits[1] - 1) * (2 * bits[2] - 1) < 0:
-            p = [p[0], p[2], p[1]]
-        corners.append([float(b) for b in bits])
-        planes.append(p)
-        # edge k is opposite p_k: along the axis of p_k, to the corner with that bit flipped
-        adjacent.append([c ^ (1 << (p[k] // 2)) for k in range(3)])
-    return corners, planes, adjacent
-
-
-_CUBE = _cube()
+_CUBE = cube.corners_planes_adjacent()
 
 
 def box_cells(xp, seeds, lo, hi, active, capacity: int):

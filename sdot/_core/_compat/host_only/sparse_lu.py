@@ -67,14 +67,16 @@ class FactorCache:
 
     Seeds in 3D (``points`` of 3 columns) from ``options.jacobi_first_from_3d`` rows, at a
     loose ``rtol`` (the Newton steps ask for 1e-2), first try the conjugate gradient
-    preconditioned by the diagonal (``jacobi_solves`` counts its successes): their
+    preconditioned by the diagonal (``jacobi_cg(mat, b, rtol, max_iter) -> (x, iterations)``
+    if given and not None, the compiled one; ``jacobi_solves`` counts its successes): their
     Newton matrices fill their factors 25 to 40 times (nested dissection, 1e4 to 3e4
     rows), while about 50 to 100 of those iterations reach 1e-2.
     """
 
-    def __init__(self, options, cg):
-        self.options, self.cg = options, cg
+    def __init__(self, options, cg, jacobi_cg=None):
+        self.options, self.cg, self.jacobi_cg = options, cg, jacobi_cg
         self.lu, self.diag, self.aged, self.factorisations, self.reuses = None, None, 0, 0, 0
+        self.factored = None            # the matrix of the factors (a solve with it is direct)
         self.iterations = 0
         self.jacobi_solves = 0
         self.single = False             # the factors are FP32
@@ -88,6 +90,9 @@ class FactorCache:
         options = self.options
         lu, self.lu = self.lu, None
         diag = mat.diagonal()
+        if lu is not None and not self.single and _same(self.factored, mat):
+            self.lu = lu                # the factors of this very matrix: a direct solve, the same each time
+            return lu.solve(b)
         if lu is not None and lu.shape == mat.shape and (
                 np.linalg.norm(diag - self.diag) <= options.other_problem * np.linalg.norm(self.diag)):
             x, iterations = self._pcg(mat, b, preconditioner(lu, self.single), rtol)
@@ -100,7 +105,12 @@ class FactorCache:
         n = mat.shape[0]
         three_d = points is not None and points.ndim == 2 and points.shape[1] == 3
         if three_d and n >= options.jacobi_first_from_3d and rtol >= options.jacobi_rtol_3d:
-            x, iterations = pcg(mat, b, lambda r: r / diag, rtol, options.jacobi_iterations_3d, self.cg)
+            found = None if self.jacobi_cg is None else self.jacobi_cg(mat, b, rtol, options.jacobi_iterations_3d)
+            if found is not None:
+                x, iterations = found
+                x = x if np.linalg.norm(b - mat @ x) <= rtol * np.linalg.norm(b) else None
+            else:
+                x, iterations = pcg(mat, b, lambda r: r / diag, rtol, options.jacobi_iterations_3d, self.cg)
             self.iterations += iterations
             if x is not None:
                 self.jacobi_solves += 1
@@ -108,13 +118,14 @@ class FactorCache:
         points = points if n >= (options.nested_dissection_from_3d if three_d else options.nested_dissection_from) \
             else None
         lu, self.single = factorise(mat, n >= options.fp32_factors_from, points)
-        self.lu, self.diag, self.aged = lu, diag, 0
+        self.lu, self.diag, self.aged, self.factored = lu, diag, 0, mat
         self.factorisations += 1
         if self.single:
             x, _ = self._pcg(mat, b, preconditioner(lu, True), rtol)
             if x is not None:
                 return x
             self.lu, self.single = factorise(mat, False, points)   # FP32 could not represent the matrix
+            self.factored = mat
             self.factorisations += 1
         return self.lu.solve(b)
 
@@ -123,6 +134,14 @@ class FactorCache:
         x, iterations = pcg(mat, b, precondition, rtol, self.options.max_iterations, self.cg)
         self.iterations += iterations
         return x, iterations
+
+
+def _same(a, b):
+    """Whether the CSR matrices ``a`` and ``b`` are equal, entry by entry (the products of a
+    differentiable plan solve with its matrix again and again: each must give the same
+    result, as ``torch.autograd.gradcheck`` asks)."""
+    return (a is not None and a.shape == b.shape and a.nnz == b.nnz and np.array_equal(a.indptr, b.indptr)
+            and np.array_equal(a.indices, b.indices) and np.array_equal(a.data, b.data))
 
 
 def factorisation_cost(lu):

@@ -18,6 +18,10 @@ def _threads_from_environment() -> int:
     return max(1, int(os.environ.get("SDOT_NUM_THREADS", min(os.cpu_count() or 1, 8))))
 
 
+def _compiled_from_environment() -> bool:
+    return os.environ.get("SDOT_COMPILED", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 @dataclasses.dataclass(frozen=True)
 class HostSettings:
     """How the eager NumPy and torch kernels run: in blocks of rows, on threads.
@@ -37,6 +41,9 @@ class HostSettings:
     block: int = 16384
     #: Fewest rows per block worth a thread.
     min_block: int = 2048
+    #: Whether the compiled host kernels (:mod:`sdot._core.compiled`, numba) run where they
+    #: can: ``SDOT_COMPILED`` (default on; "0" runs the array-API kernels on the host too).
+    compiled: bool = dataclasses.field(default_factory=_compiled_from_environment)
     #: Vertex slots of the narrow pass of ``_compat.slotwise`` (98% of the cells of uniform
     #: seeds have at most 8 vertices, all but 0.03% at most 10).
     narrow: int = 8

@@ -1,0 +1,204 @@
+"""The compiled host kernels (sdot/_core/compiled, numba) against the ground truth of scipy and
+against the array-API route on the same inputs (DESIGN.md rule 7).
+
+The cells in 3D (each clipped by a k-d tree of the seeds, or moved from the previous diagram
+and certified by the volume sum), the voxel integrals and the conjugate gradient; whole
+solves on both routes; the torch and eager JAX inputs that take the compiled route; and the
+array route with a warning when numba is missing.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import sdot
+from spatial_cells import cell_moments, facet_integrals, power_cells as scipy_soup
+from test_spatial import scipy_cells
+
+pytest.importorskip("numba")
+
+from sdot._core import compiled  # noqa: E402
+from sdot._core._compat.host_only.threads import host_settings  # noqa: E402
+from sdot._core.compiled import cells3d, integrals3d  # noqa: E402
+
+LO, HI = np.zeros(3), np.ones(3)
+
+
+def _seeds(kind, rng):
+    """Seeds and weights of a kind: uniform, weighted with hidden cells, a third outside
+    the box, a lattice (four planes at a vertex everywhere), a 1e-4 cluster (scipy's own limit)."""
+    if kind == "lattice":
+        g = (np.arange(5) + 0.5) / 5
+        x = np.stack(np.meshgrid(g, g, g, indexing="ij"), -1).reshape(-1, 3)
+        return x, np.zeros(len(x))
+    x = rng.random((150, 3))
+    if kind == "outside":
+        x = 1.6 * x - 0.3
+    if kind == "cluster":
+        x[100:120] = 0.4 + 1e-4 * rng.random((20, 3))
+    psi = 0.04 * rng.random(150) if kind == "hidden" else np.zeros(150)
+    return x, psi
+
+
+def _by_label(cells, i):
+    """``{label: facet area}`` of cell ``i`` from the compiled integrals of the unit density."""
+    vertices, corners, adjacent, size, labels, count = cells
+    _, facet = integrals3d.cell_integrals(np.zeros((1, 3)), vertices[i:i + 1], corners[i:i + 1], adjacent[i:i + 1],
+                                          size[i:i + 1], count[i:i + 1], np.ones((1, 1, 1)), LO, HI,
+                                          labels.shape[1])
+    return {int(labels[i, k]): facet[0, k] for k in range(int(count[i])) if facet[0, k] > 0}
+
+
+@pytest.mark.parametrize("kind", ["uniform", "hidden", "outside", "lattice", "cluster"])
+def test_cells_equal_scipy(kind):
+    """Every cell's volume, first moment and facet areas (by neighbour) equal scipy's
+    half-space intersection, whatever the weights; from the previous diagram of other
+    weights too (moved, or clipped again)."""
+    rng = np.random.default_rng(3)
+    x, psi = _seeds(kind, rng)
+    n = len(x)
+    fresh = cells3d.power_cells(x, psi, np.ones(n, bool), LO, HI, 48)
+    assert np.all(fresh[-1] == cells3d.FINE)
+    # from a diagram at other weights: a small change (moved) and a large one (the tree)
+    other = cells3d.power_cells(x, psi + 1e-3 * rng.random(n), np.ones(n, bool), LO, HI, 48)[:6]
+    nudged = cells3d.power_cells(x, psi + 1e-9 * rng.random(n), np.ones(n, bool), LO, HI, 48, fresh[:6])
+    ref = scipy_cells(x, psi, LO, HI)
+    moments, _ = integrals3d.cell_integrals(x, *fresh[:4], fresh[5], np.ones((1, 1, 1)), LO, HI, 48)
+    again = cells3d.power_cells(x, psi, np.ones(n, bool), LO, HI, 48, other)
+    again_moments, _ = integrals3d.cell_integrals(x, *again[:4], again[5], np.ones((1, 1, 1)), LO, HI, 48)
+    np.testing.assert_allclose(moments[:, 0], [r[0] for r in ref], rtol=0, atol=1e-13)
+    np.testing.assert_allclose(moments[:, 1:4], [r[1] for r in ref], rtol=0, atol=1e-13)
+    np.testing.assert_allclose(again_moments, moments, rtol=0, atol=1e-13)
+    assert np.all(nudged[-1] == cells3d.FINE)
+    for i in range(0, n, 7):
+        got, want = _by_label(fresh[:6], i), ref[i][2]
+        assert set(k for k, a in want.items() if a > 1e-10) <= set(got)
+        for label, area in want.items():
+            assert got.get(label, 0.0) == pytest.approx(area, abs=1e-12)
+
+
+def test_voxel_integrals_equal_scipy_and_the_array_route():
+    """The moments and facet integrals of a voxel density over the compiled cells equal the
+    slow scipy computation (each cell clipped by each voxel) and the array route's."""
+    from sdot._core.spatial import integrate
+    from sdot._core.spatial.polyhedra import Cells
+
+    rng = np.random.default_rng(5)
+    x = rng.random((40, 3))
+    psi = 1e-3 * rng.random(40)
+    values = rng.random((3, 4, 5)) + 0.1
+    values[1, 2, 3] = 0.0
+    cells = cells3d.power_cells(x, psi, np.ones(40, bool), LO, HI, 48)
+    moments, facet = integrals3d.cell_integrals(x, *cells[:4], cells[5], values, LO, HI, 48)
+    _, _, _, F, info = scipy_soup(x, psi, LO, HI)
+    np.testing.assert_allclose(moments, cell_moments(x, info, values, LO, HI), rtol=0, atol=1e-13)
+    by_label = facet_integrals(info, values, LO, HI, F)
+    for i in range(40):
+        want = {info[i]["labels"][k]: by_label[i, k] for k in info[i]["labels"]}
+        got = {int(cells[4][i, k]): facet[i, k] for k in range(int(cells[5][i]))}
+        for label, value in want.items():
+            assert got.get(label, 0.0) == pytest.approx(value, abs=1e-13)
+    array = Cells(*cells[:6], cells[6] != 0, np.asarray(True))
+    with host_settings(compiled=False):
+        ref = integrate.cell_integrals(np, x, array, values, LO, HI)
+    np.testing.assert_allclose(moments, ref[0], rtol=0, atol=1e-14)
+    np.testing.assert_allclose(facet, ref[1], rtol=0, atol=1e-14)
+
+
+def test_cells_of_the_array_route_integrate_too():
+    """The compiled integrals read cells with free vertex slots (``corners < 0``), as the array
+    route's clip leaves them: the same moments as that route's own integrals."""
+    from sdot._core.spatial import diagram, integrate
+
+    rng = np.random.default_rng(6)
+    x, values = rng.random((300, 3)), rng.random((4, 4, 4))
+    with host_settings(compiled=False):
+        cells = diagram.power_cells(np, x, 1e-3 * rng.random(300), np.ones(300, bool), LO, HI)
+        ref = integrate.cell_integrals(np, x, cells, values, LO, HI)
+    assert np.any((cells.corners[..., 0] < 0) & (np.arange(cells.corners.shape[1]) < cells.size[:, None]))
+    got = integrate.cell_integrals(np, x, cells, values, LO, HI)
+    np.testing.assert_allclose(got[0], ref[0], rtol=0, atol=1e-14)
+    np.testing.assert_allclose(got[1], ref[1], rtol=0, atol=1e-14)
+
+
+def _plan(x, values, compiled_kernels, tol=1e-10):
+    with host_settings(compiled=compiled_kernels):
+        return sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(values), tol=tol)
+
+
+@pytest.mark.parametrize("density", ["uniform", "voxels", "zero region", "duplicates"])
+def test_solves_equal_the_array_route_3d(numpy_driver, density):
+    """A whole solve on both routes: W2^2 to 1e-10 relative, the same Newton steps on
+    positive densities, the same barycentres."""
+    rng = np.random.default_rng(7)
+    x = rng.random((400, 3))
+    c = (np.arange(6) + 0.5) / 6
+    r2 = sum(a ** 2 for a in np.meshgrid(c - 0.5, c - 0.5, c - 0.5, indexing="ij"))
+    values = {"uniform": np.ones((1, 1, 1)), "voxels": 0.3 + np.exp(-r2 / 0.05), "zero region": (r2 < 0.16) * 1.0,
+              "duplicates": np.ones((1, 1, 1))}[density]
+    if density == "duplicates":
+        x[200:220] = x[:20]
+    fast, slow = _plan(x, values, True), _plan(x, values, False)
+    assert bool(fast.converged) and bool(slow.converged)
+    assert float(fast.distance) == pytest.approx(float(slow.distance), rel=1e-10)
+    if density != "zero region":
+        assert int(fast.iterations) == int(slow.iterations)
+    np.testing.assert_allclose(fast.barycenters, slow.barycenters, rtol=0, atol=1e-8)
+
+
+def test_torch_and_eager_jax_take_the_compiled_route(sdot_driver, monkeypatch):
+    """CPU torch tensors and eager JAX arrays are solved by the compiled kernels (on NumPy
+    views), and give NumPy's W2^2."""
+    import jax.numpy as jnp
+    import torch
+
+    calls = []
+    original = cells3d.power_cells
+    monkeypatch.setattr(cells3d, "power_cells", lambda *a, **k: calls.append(1) or original(*a, **k))
+    x = np.random.default_rng(8).random((300, 3))
+    values = np.ones((1, 1, 1))
+    results = []
+    for wrap in (np.asarray, torch.tensor, jnp.asarray):
+        calls.clear()
+        results.append(float(sdot.distance(sdot.SumOfDiracs(wrap(x)), sdot.Grid(wrap(values)))))
+        assert calls
+    assert results[1] == pytest.approx(results[0], rel=1e-12) and results[2] == pytest.approx(results[0], rel=1e-12)
+
+
+def test_without_numba_the_array_route_runs_and_says_so_once(numpy_driver, monkeypatch):
+    """numba missing: a PerformanceWarning, once, and the array kernels' answer."""
+    monkeypatch.setattr(compiled, "numba", None)
+    monkeypatch.setattr(compiled, "_warned", [])
+    x = np.random.default_rng(9).random((200, 3))
+    with pytest.warns(compiled.PerformanceWarning, match="pip install numba"):
+        first = sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(np.ones((1, 1, 1))))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", compiled.PerformanceWarning)
+        sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(np.ones((1, 1, 1))))
+    monkeypatch.undo()
+    assert float(first) == pytest.approx(float(sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(np.ones((1, 1, 1))))),
+                                         rel=1e-10)
+
+
+def test_conjugate_gradient_equals_scipy():
+    """The compiled conjugate gradient preconditioned by the diagonal reaches the tolerance
+    on a graph Laplacian and agrees with scipy's solve."""
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import spsolve
+
+    from sdot._core.compiled.linalg import jacobi_cg
+
+    rng = np.random.default_rng(10)
+    n = 3000
+    i, j = rng.integers(0, n, 20000), rng.integers(0, n, 20000)
+    w = sp.coo_matrix((rng.random(20000), (i, j)), shape=(n, n))
+    w = (w + w.T).tocsr()
+    a = (sp.diags(np.asarray(w.sum(1)).ravel() * (1 + 1e-3)) - w).tocsr()
+    b = rng.standard_normal(n)
+    for threads in (1, 2):
+        with host_settings(threads=threads):
+            x, iterations = jacobi_cg(a, b, 1e-10, 5000)
+        assert np.linalg.norm(b - a @ x) <= 1e-10 * np.linalg.norm(b) and 0 < iterations < 5000
+        np.testing.assert_allclose(x, spsolve(a.tocsc(), b), rtol=0, atol=1e-6 * np.abs(x).max())
