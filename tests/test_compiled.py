@@ -202,3 +202,22 @@ def test_conjugate_gradient_equals_scipy():
             x, iterations = jacobi_cg(a, b, 1e-10, 5000)
         assert np.linalg.norm(b - a @ x) <= 1e-10 * np.linalg.norm(b) and 0 < iterations < 5000
         np.testing.assert_allclose(x, spsolve(a.tocsc(), b), rtol=0, atol=1e-6 * np.abs(x).max())
+
+
+def test_fans_equal_the_array_route():
+    """The hiding step's fans in 3D: the compiled kernel gives the array kernels' numbers."""
+    from sdot._core.spatial import diagram, hiding
+
+    rng = np.random.default_rng(11)
+    x = rng.random((500, 3))
+    psi = 2e-3 * rng.random(500)
+    active = np.ones(500, bool)
+    active[::37] = False
+    cells = diagram.power_cells(np, x, psi, active, LO, HI)
+    got = hiding.fans(np, x, psi, active, cells)
+    with host_settings(compiled=False):
+        want = hiding.fans(np, x, psi, active, cells)
+    assert np.isfinite(got[2]).sum() > 100
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(np.where(np.isfinite(want[2])[:, None] if a.ndim == 2 else True, a, 0),
+                                      np.where(np.isfinite(want[2])[:, None] if b.ndim == 2 else True, b, 0))

@@ -6,15 +6,16 @@ A diagram is found in the cheapest of three ways that its certificate accepts:
    combinatorics, its vertices moved to the new weights (each the meeting point of its three
    facets' planes, by Cramer's rule), while no edge shrinks through zero length
    (:func:`moved_rows`, as :mod:`..spatial.kinetic`).
-2. **Ring**: the cells that did not stay valid and their neighbours clipped again from the
-   box by their neighbours and their neighbours' neighbours (a flip gives a cell a neighbour
-   of a neighbour).
+2. **Ring**: the cells that did not stay valid and their neighbours (or, with many invalid,
+   every cell) clipped again from the box by their neighbours and their neighbours'
+   neighbours (a flip gives a cell a neighbour of a neighbour).
 3. **Tree**: every cell clipped by its previous neighbours (if any), then by the seeds of
    the k-d tree (:mod:`.tree`) that may cut it, nearest first, skipping every node that
-   cannot: at a vertex ``v`` no seed under node ``k`` has a power below ``dist(v, box_k)^2 -
-   top_k``, so a node where that exceeds the cell's own power ``|v - y_i|^2 - psi_i`` at every
-   vertex (first tested on the sphere around the seed through its farthest vertex, then on the
-   vertices' box) holds no seed that cuts it. Exact up to rounding, whatever the weights (the
+   cannot: at a vertex ``v`` no seed under node ``k`` has a power below the node's bound
+   (:mod:`.tree`: the distance to its box, corrected by the plane fitted to its weights), so a
+   node where that exceeds the cell's own power ``|v - y_i|^2 - psi_i`` at every vertex (first
+   tested on the sphere around the seed through its farthest vertex, then on the vertices'
+   box) holds no seed that cuts it. Exact up to rounding, whatever the weights (the
    radius of security of Lévy and Ray's meshless Voronoi cells with the weights of each
    subtree; the nearest neighbours of lifted points fail when the weights vary on the
    domain's scale).
@@ -38,8 +39,10 @@ SCRATCH_FACETS = 256
 LEAF = 8
 #: Per-cell results: fine, more slots needed than given, a cycle broken by rounding.
 FINE, OVERFLOWED, BROKEN = 0, 1, 2
-#: Largest share of invalid moved cells that the ring reclips (beyond it the tree).
-RING_SHARE = 0.1
+#: Largest share of invalid moved cells that the ring reclips with their neighbours alone; up
+#: to :data:`RING_ALL`, every cell by the ring; beyond, the tree (the ring failed the
+#: certificate after the first Newton steps, where 70 to 95% of the moved cells were invalid).
+RING_SHARE, RING_ALL = 0.1, 0.5
 
 
 @njit
@@ -53,25 +56,32 @@ def _box_distance2(p0, p1, p2, lo, hi, k):
 
 
 @njit
-def _cannot_cut(vx, size, y, w, shape, lo, hi, top, k):
+def _cannot_cut(vx, size, y, w, shape, lo, hi, g, big, k):
     """Whether no seed under node ``k`` cuts the cell (vertices ``vx`` about ``y``, weight ``w``,
-    :func:`.polyhedron.measure` ``shape``): on the sphere through the farthest vertex, then on
-    the vertices' box, then at every vertex."""
+    :func:`.polyhedron.measure` ``shape``), by the bound of :mod:`.tree` (``g``, ``big``): on the
+    sphere through the farthest vertex, then on the vertices' box, then at every vertex."""
     r2 = shape[0]
     own = r2 - w
-    d2 = _box_distance2(y[0], y[1], y[2], lo, hi, k)
+    h0, h1, h2 = 0.5 * g[k, 0], 0.5 * g[k, 1], 0.5 * g[k, 2]
+    gy = g[k, 0] * y[0] + g[k, 1] * y[1] + g[k, 2] * y[2]
+    d2 = _box_distance2(y[0] + h0, y[1] + h1, y[2] + h2, lo, hi, k)
     if d2 > r2:
-        gap = np.sqrt(d2) - np.sqrt(r2)
-        if gap * gap - top[k] >= own:
+        radius = np.sqrt(r2)
+        gap = np.sqrt(d2) - radius
+        if gap * gap - gy - 2.0 * np.sqrt(h0 * h0 + h1 * h1 + h2 * h2) * radius - big[k] >= own:
             return True
-    g0 = max(lo[k, 0] - (y[0] + shape[2]), (y[0] + shape[1]) - hi[k, 0], 0.0)
-    g1 = max(lo[k, 1] - (y[1] + shape[4]), (y[1] + shape[3]) - hi[k, 1], 0.0)
-    g2 = max(lo[k, 2] - (y[2] + shape[6]), (y[2] + shape[5]) - hi[k, 2], 0.0)
-    if g0 * g0 + g1 * g1 + g2 * g2 - top[k] >= own:
+    g0 = max(lo[k, 0] - (y[0] + h0 + shape[2]), (y[0] + h0 + shape[1]) - hi[k, 0], 0.0)
+    g1 = max(lo[k, 1] - (y[1] + h1 + shape[4]), (y[1] + h1 + shape[3]) - hi[k, 1], 0.0)
+    g2 = max(lo[k, 2] - (y[2] + h2 + shape[6]), (y[2] + h2 + shape[5]) - hi[k, 2], 0.0)
+    support = 2.0 * (max(h0 * shape[1], h0 * shape[2]) + max(h1 * shape[3], h1 * shape[4])
+                     + max(h2 * shape[5], h2 * shape[6]))
+    if g0 * g0 + g1 * g1 + g2 * g2 - gy - support - big[k] >= own:
         return True
     for v in range(size):
         x0, x1, x2 = vx[v, 0], vx[v, 1], vx[v, 2]
-        if _box_distance2(y[0] + x0, y[1] + x1, y[2] + x2, lo, hi, k) - top[k] < x0 * x0 + x1 * x1 + x2 * x2 - w:
+        bound = (_box_distance2(y[0] + x0 + h0, y[1] + x1 + h1, y[2] + x2 + h2, lo, hi, k)
+                 - gy - 2.0 * (h0 * x0 + h1 * x1 + h2 * x2) - big[k])
+        if bound < x0 * x0 + x1 * x1 + x2 * x2 - w:
             return False
     return True
 
@@ -104,12 +114,12 @@ def _margin(off, dd, r2):
 
 @njit
 def cells_rows(first, last, rows, seeds, psi, active, box_lo, box_hi, hints, ring, perm, rank, points, weights,
-               start, end, lo, hi, top, cube_corners, cube_planes, cube_adjacent,
+               start, end, lo, hi, g, big, cube_corners, cube_planes, cube_adjacent,
                out_vx, out_cn, out_ad, out_size, out_lab, out_count, out_status, out_volume,
                vx, cn, ad, lab, s, tab2, tab3, gone, work_v, work_k, work_p, stamp, stack, y, shape):
     """The cells of the seeds ``rows[first:last]`` written into those rows of ``out_*``: the
     box clipped by the seed's ``hints``, then by the hints of its hints (``ring``: not
-    certified), else (or without hints) by the seeds of the tree (``perm`` ... ``top``,
+    certified), else (or without hints) by the seeds of the tree (``perm`` ... ``big``,
     :mod:`.tree`: ``rank`` the place of each seed in ``perm`` (``len(perm)`` if none), ``points``
     and ``weights`` the seeds' in that order). ``vx`` ... ``shape``: :func:`scratch` (``stamp``:
     the last cell clipped by each seed, by rank)."""
@@ -171,7 +181,7 @@ def cells_rows(first, last, rows, seeds, psi, active, box_lo, box_hi, hints, rin
         while depth > 0:
             depth -= 1
             k = stack[depth]
-            if end[k] <= start[k] or _cannot_cut(vx, size, y, w, shape, lo, hi, top, k):
+            if end[k] <= start[k] or _cannot_cut(vx, size, y, w, shape, lo, hi, g, big, k):
                 continue
             if k >= first_leaf:
                 for t in range(start[k], end[k]):
@@ -345,16 +355,35 @@ def _clip(seeds, psi, active, lo, hi, hints, ring, rows, out, run_rows):
 
     n = seeds.shape[0]
     hints = np.zeros((n, 0), np.int64) if hints is None else np.ascontiguousarray(hints, dtype=np.int64)
-    perm, start, end, nlo, nhi = tree.build(seeds, np.flatnonzero(active), LEAF)
+    perm, start, end, nlo, nhi = _tree_of(seeds, active)
     rank = np.full(n, n, np.int64)
     rank[perm] = np.arange(perm.shape[0])
     rows = np.ascontiguousarray(rows[np.argsort(rank[rows], kind="stable")], dtype=np.int64)
-    top = tree.tops(perm, start, end, psi)
     points, weights = np.ascontiguousarray(seeds[perm]), np.ascontiguousarray(psi[perm])
+    mine = hints[rows]
+    if ring and np.all(np.any((mine >= 0) & active[np.maximum(mine, 0)], axis=1) | ~active[rows]):
+        g, big = np.zeros((0, 3)), np.zeros(0)      # (every cell has hints: no tree)
+        start = end = np.zeros(0, np.int64)
+    else:
+        g, big = tree.planes(start, end, points, weights)
     cube = tuple(np.asarray(a, dtype=t) for a, t in zip(corners_planes_adjacent(), (np.float64, np.int64, np.int64)))
     run_rows(lambda first, last: cells_rows(first, last, rows, seeds, psi, active, lo, hi, hints, ring, perm, rank, points,
-                                            weights, start, end, nlo, nhi, top, *cube, *out, *scratch(n + 1)),
+                                            weights, start, end, nlo, nhi, g, big, *cube, *out, *scratch(n + 1)),
              rows.shape[0])
+
+
+_trees = []
+
+
+def _tree_of(seeds, active):
+    """The k-d tree of the active ``seeds`` (:func:`.tree.build`), the last one kept: the
+    positions of a solve do not change from one diagram to the next."""
+    from . import tree
+
+    key = (seeds.shape, hash(seeds.tobytes()), hash(active.tobytes()))
+    if not _trees or _trees[0][0] != key:
+        _trees[:] = [(key, tree.build(seeds, np.flatnonzero(active), LEAF))]
+    return _trees[0][1]
 
 
 def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows):
@@ -372,12 +401,17 @@ def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows):
     status = np.zeros(n, np.int8)
     if bad.shape[0] == 0 and tiles(volume, lo, hi):
         return moved_vx, corners, adjacent, size, labels, count, status
-    if bad.shape[0] > RING_SHARE * n:
+    if bad.shape[0] > RING_ALL * n:
         return None
-    around = labels[bad]
-    rows = np.unique(np.concatenate([bad, around[around >= 0]]))
-    out = (moved_vx, corners.copy(), adjacent.copy(), size.copy(), labels.copy(), count.copy(), status, volume)
+    if bad.shape[0] > RING_SHARE * n:           # every cell by the ring
+        rows = np.arange(n)
+        out = _empty(n, labels.shape[1])
+    else:
+        around = labels[bad]
+        rows = np.unique(np.concatenate([bad, around[around >= 0]]))
+        out = (moved_vx, corners.copy(), adjacent.copy(), size.copy(), labels.copy(), count.copy(), status, volume)
     _clip(seeds, psi, active, lo, hi, labels, True, rows, out, run_rows)
+    status, volume = out[6], out[7]
     if (status != FINE).any() or not tiles(volume, lo, hi):
         return None
     return out[:7]

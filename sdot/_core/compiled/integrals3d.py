@@ -77,30 +77,25 @@ def integrals_rows(first, last, seeds, vertices, corners, adjacent, size, count,
         a2, b2 = _voxel_range(y2 + low2, y2 + high2, lo[2], h2, n2)
         m0, c0 = m, c
         for j0 in range(a0, b0 + 1):
-            m1, c1 = _slab(vx, cn, ad, lab, 0, m0, c0, 0, lo[0] + (j0 + 1) * h0 - y0, j0 < b0, 1,
-                           s, tab2, tab3, gone, work_v, work_k, work_p, shape)
-            if j0 < b0:
-                m0, c0 = _rest(vx, cn, ad, lab, 0, m0, c0, 0, lo[0] + (j0 + 1) * h0 - y0,
-                               s, tab2, tab3, gone, work_v, work_k, work_p, shape)
+            k1, m1, c1, m0, c0 = _cut(vx, cn, ad, lab, 0, m0, c0, 0, lo[0] + (j0 + 1) * h0 - y0, j0 == b0, 1,
+                                      s, tab2, tab3, gone, work_v, work_k, work_p, shape)
             for j1 in range(a1, b1 + 1):
                 if m1 == 0:
                     break
-                m2, c2 = _slab(vx, cn, ad, lab, 1, m1, c1, 1, lo[1] + (j1 + 1) * h1 - y1, j1 < b1, 2,
-                               s, tab2, tab3, gone, work_v, work_k, work_p, shape)
-                if j1 < b1:
-                    m1, c1 = _rest(vx, cn, ad, lab, 1, m1, c1, 1, lo[1] + (j1 + 1) * h1 - y1,
-                                   s, tab2, tab3, gone, work_v, work_k, work_p, shape)
+                k2, m2, c2, m1, c1 = _cut(vx, cn, ad, lab, k1, m1, c1, 1, lo[1] + (j1 + 1) * h1 - y1, j1 == b1, 2,
+                                          s, tab2, tab3, gone, work_v, work_k, work_p, shape)
                 for j2 in range(a2, b2 + 1):
                     if m2 == 0:
                         break
-                    m3, c3 = _slab(vx, cn, ad, lab, 2, m2, c2, 2, lo[2] + (j2 + 1) * h2 - y2, j2 < b2, 3,
-                                   s, tab2, tab3, gone, work_v, work_k, work_p, shape)
-                    if j2 < b2:
-                        m2, c2 = _rest(vx, cn, ad, lab, 2, m2, c2, 2, lo[2] + (j2 + 1) * h2 - y2,
-                                       s, tab2, tab3, gone, work_v, work_k, work_p, shape)
+                    k3, m3, c3, m2, c2 = _cut(vx, cn, ad, lab, k2, m2, c2, 2, lo[2] + (j2 + 1) * h2 - y2, j2 == b2,
+                                              3, s, tab2, tab3, gone, work_v, work_k, work_p, shape)
+                    if min(m1, m2, m3) < 0:
+                        for k in range(5):
+                            moments[i, k] = np.nan
+                        break
                     value = values[j0, j1, j2]
                     if m3 > 0 and value != 0.0:
-                        ph.integrate(vx[3], cn[3], ad[3], lab[3], m3, c3, value, moments[i], facet[i], ref)
+                        ph.integrate(vx[k3], cn[k3], ad[k3], lab[k3], m3, c3, value, moments[i], facet[i], ref)
             if m0 == 0:
                 break
 
@@ -115,25 +110,32 @@ def _voxel_range(low, high, start, step, n):
 
 
 @njit
-def _slab(vx, cn, ad, lab, src, m, c, axis, plane, cut, dst, s, tab2, tab3, gone, work_v, work_k, work_p, shape):
-    """Polyhedron ``src`` copied to ``dst`` and, if ``cut``, clipped to ``u[axis] <= plane``
-    (seed-relative): its part in the current slab. Returns ``(size, count)`` (0: empty)."""
+def _cut(vx, cn, ad, lab, src, m, c, axis, plane, last, dst, s, tab2, tab3, gone, work_v, work_k, work_p, shape):
+    """The part of polyhedron ``src`` in the current slab along ``axis`` (``u[axis] <= plane``,
+    seed-relative): ``(k, size, count, rest_size, rest_count)``, the piece in polyhedron ``k``
+    and what is left of ``src`` beyond the slab. The ``last`` slab is ``src`` itself (no copy);
+    otherwise ``src`` is copied into ``dst`` and both are clipped. Sizes 0: empty; -1: a clip
+    overflowed its scratch or broke (the cell's integrals are then NaN, never silently wrong)."""
+    if last:
+        return src, m, c, 0, 0
     ph.copy_into(vx[src], cn[src], ad[src], lab[src], m, c, vx[dst], cn[dst], ad[dst], lab[dst])
-    if not cut:
-        return m, c
-    m, c, status = ph.clip(vx[dst], cn[dst], ad[dst], lab[dst], m, c, 1.0 if axis == 0 else 0.0, 1.0 if axis == 1 else 0.0,
-                           1.0 if axis == 2 else 0.0, plane, -1, _margin(plane, shape), s, tab2, tab3, gone, work_v,
-                           work_k, work_p, shape)
-    return (0, 0) if status >= ph.EMPTIED else (m, c)
-
-
-@njit
-def _rest(vx, cn, ad, lab, k, m, c, axis, plane, s, tab2, tab3, gone, work_v, work_k, work_p, shape):
-    """Polyhedron ``k`` clipped to ``u[axis] > plane``: what is left beyond the slab."""
-    m, c, status = ph.clip(vx[k], cn[k], ad[k], lab[k], m, c, -1.0 if axis == 0 else 0.0, -1.0 if axis == 1 else 0.0,
-                           -1.0 if axis == 2 else 0.0, -plane, -1, -_margin(plane, shape), s, tab2, tab3, gone, work_v,
-                           work_k, work_p, shape)
-    return (0, 0) if status >= ph.EMPTIED else (m, c)
+    margin = _margin(plane, shape)
+    up = 1.0 if axis == 0 else 0.0
+    vy = 1.0 if axis == 1 else 0.0
+    wz = 1.0 if axis == 2 else 0.0
+    pm, pc, status = ph.clip(vx[dst], cn[dst], ad[dst], lab[dst], m, c, up, vy, wz, plane, -1, margin,
+                             s, tab2, tab3, gone, work_v, work_k, work_p, shape)
+    if status == ph.EMPTIED:
+        pm, pc = 0, 0
+    elif status > ph.EMPTIED:
+        return dst, -1, 0, 0, 0
+    rm, rc, status = ph.clip(vx[src], cn[src], ad[src], lab[src], m, c, -up, -vy, -wz, -plane, -1, -margin,
+                             s, tab2, tab3, gone, work_v, work_k, work_p, shape)
+    if status == ph.EMPTIED:
+        rm, rc = 0, 0
+    elif status > ph.EMPTIED:
+        return dst, -1, 0, 0, 0
+    return dst, pm, pc, rm, rc
 
 
 @njit

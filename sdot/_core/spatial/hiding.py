@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, compiled
 from ..hiding import first_hidden
 
 #: Vertex slots of the first pass over the cells (then all slots of the cells with more):
@@ -31,11 +31,26 @@ def fans(xp, seeds, psi, active, cells):
     ``(n, 4)``, the seed's barycentric coordinates in it ``(n, 4)`` and its lifted height
     above the tetrahedron's lifted plane, less a rounding tolerance (``gap < 0``; ``inf``
     where no tetrahedron contains the seed below its plane), ``(n,)``."""
+    if (found := _compiled_fans(xp, seeds, psi, active, cells)) is not None:
+        return found
     n = cells.count.shape[0]
     rows = xp.arange(n, dtype=xp.int64, device=aac.device(cells.count))
     return _compat.slotwise(xp, lambda size, r, lab, count, corners: _tetra_geometry(
         xp, seeds, psi, active, r, lab, count, size, corners),
         cells.size, (rows, cells.labels, cells.count), (cells.corners,), (None, None, None), slots=NARROW)
+
+
+def _compiled_fans(xp, seeds, psi, active, cells):
+    """Eagerly on the host, :func:`fans` by the compiled kernel (:mod:`..compiled.hiding3d`:
+    the same numbers, cell by cell); None where it does not run."""
+    if _compat.static_shapes(seeds):
+        return None
+    host = [_compat.host_view(a) for a in (seeds, psi, active, cells.labels, cells.count, cells.size, cells.corners)]
+    if any(h is None for h in host) or not compiled.enabled():
+        return None
+    from ..compiled import hiding3d
+
+    return tuple(_compat.from_host(xp, a, seeds) for a in hiding3d.fans(*host))
 
 
 def hiding_step(xp, seeds, psi, d, active, cells, fans_at_psi=None):
