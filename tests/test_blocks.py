@@ -57,7 +57,7 @@ def test_blocked_kernels_match_whole(name):
 
 
 @pytest.mark.parametrize("name", ["numpy", "torch"])
-def test_narrow_pass_matches_all_slots(name, monkeypatch):
+def test_narrow_pass_matches_all_slots(name, monkeypatch, array_kernels):
     """Eagerly the kernels over vertex slots run on the first ``settings().narrow`` slots
     of every row, then on all slots of the rows with more vertices (``_compat.slotwise``):
     the same result as on all slots of every row."""
@@ -106,7 +106,7 @@ def test_ten_thousand_rows_use_both_threads():
     assert host_threads.block_rows(10000, 2) == 5000
 
 
-def test_per_seed_and_per_pixel_data_are_computed_once_not_per_block(monkeypatch):
+def test_per_seed_and_per_pixel_data_are_computed_once_not_per_block(monkeypatch, array_kernels):
     """A kernel's work is proportional to its block: the planes of every seed (local
     cutters) and the prefix tables of the image (integrals) are computed once per call,
     outside the blocks. Computed per block, they made a solve's repair quadratic

@@ -1,10 +1,10 @@
 """The compiled host kernels (sdot/_core/compiled, numba) against the ground truth of scipy and
 against the array-API route on the same inputs (DESIGN.md rule 7).
 
-The cells in 3D (each clipped by a k-d tree of the seeds, or moved from the previous diagram
-and certified by the volume sum), the voxel integrals and the conjugate gradient; whole
-solves on both routes; the torch and eager JAX inputs that take the compiled route; and the
-array route with a warning when numba is missing.
+The cells in 2D and 3D (each clipped by a k-d tree of the seeds, or moved from the previous
+diagram and certified by the area or volume sum), the pixel and voxel integrals, the hiding
+step's fans and the conjugate gradient; whole solves on both routes; the torch and eager JAX
+inputs that take the compiled route; and the array route with a warning when numba is missing.
 """
 from __future__ import annotations
 
@@ -221,3 +221,66 @@ def test_fans_equal_the_array_route():
     for a, b in zip(got, want):
         np.testing.assert_array_equal(np.where(np.isfinite(want[2])[:, None] if a.ndim == 2 else True, a, 0),
                                       np.where(np.isfinite(want[2])[:, None] if b.ndim == 2 else True, b, 0))
+
+
+def _planar(kind, rng):
+    """2D seeds and weights: uniform, weighted (hidden cells), a lattice, a third outside the box."""
+    if kind == "lattice":
+        g = (np.arange(20) + 0.5) / 20
+        x = np.stack(np.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2)
+        return x, np.zeros(len(x))
+    x = rng.random((600, 2))
+    if kind == "outside":
+        x = 1.6 * x - 0.3
+    return x, (6e-3 * rng.random(600) if kind == "weighted" else np.zeros(600))
+
+
+@pytest.mark.parametrize("kind", ["uniform", "weighted", "lattice", "outside"])
+def test_planar_cells_and_integrals_equal_the_array_route(kind):
+    """2D: the compiled cells (fresh, moved, reclipped) and their pixel integrals give the array
+    kernels' masses, moments and edge integrals (matched by neighbour)."""
+    from sdot._core.compiled import cells2d, integrals2d
+    from sdot._core.planar import diagram, integrate
+
+    rng = np.random.default_rng(12)
+    x, psi = _planar(kind, rng)
+    n, lo, hi = len(x), np.zeros(2), np.ones(2)
+    active = np.ones(n, bool)
+    values = rng.random((7, 9))
+    values[2, 3] = 0.0
+    fresh = cells2d.power_cells(x, psi, active, lo, hi, 16)
+    other = cells2d.power_cells(x, psi + 1e-3 * rng.random(n), active, lo, hi, 16)[:3]
+    again = cells2d.power_cells(x, psi, active, lo, hi, 16, other)
+    nudged = cells2d.power_cells(x, psi + 1e-12 * rng.random(n), active, lo, hi, 16, fresh[:3])
+    with host_settings(compiled=False):
+        ref = diagram.power_cells(np, x, psi, active, lo, hi)
+        ref_moments, ref_facet = integrate.cell_integrals(np, x, ref, values, lo, hi)
+    for cells, atol in ((fresh, 1e-14), (again, 1e-14), (nudged, 1e-11)):     # (nudged: weights 1e-12 apart)
+        assert np.all(cells[3] == cells2d.FINE)
+        moments, facet = integrals2d.cell_integrals(x, *cells[:3], values, lo, hi)
+        np.testing.assert_allclose(moments, ref_moments, rtol=0, atol=atol)
+        for i in range(0, n, 11):
+            got = {int(cells[1][i, k]): facet[i, k] for k in range(int(cells[2][i])) if facet[i, k] > 1e-15}
+            want = {int(ref.labels[i, k]): ref_facet[i, k] for k in range(int(ref.count[i])) if ref_facet[i, k] > 1e-15}
+            for label in set(got) | set(want):
+                assert got.get(label, 0.0) == pytest.approx(want.get(label, 0.0), abs=100 * atol)
+
+
+@pytest.mark.parametrize("density", ["uniform", "image", "zero region"])
+def test_solves_equal_the_array_route_2d(numpy_driver, density):
+    """A whole 2D solve on both routes (the compiled one renumbers its Diracs along a tree):
+    W2^2 to 1e-10 relative, the same Newton steps on positive densities, the same barycentres
+    and potential, in the caller's order."""
+    rng = np.random.default_rng(13)
+    x = rng.random((1500, 2))
+    c = (np.arange(16) + 0.5) / 16
+    r2 = sum(a ** 2 for a in np.meshgrid(c - 0.5, c - 0.5, indexing="ij"))
+    values = {"uniform": np.ones((1, 1)), "image": 0.2 + np.exp(-r2 / 0.04),
+              "zero region": ((r2 > 0.04) & (r2 < 0.16)) * 1.0}[density]
+    fast, slow = _plan(x, values, True), _plan(x, values, False)
+    assert bool(fast.converged) and bool(slow.converged)
+    assert float(fast.distance) == pytest.approx(float(slow.distance), rel=1e-10)
+    if density != "zero region":
+        assert int(fast.iterations) == int(slow.iterations)
+    np.testing.assert_allclose(fast.barycenters, slow.barycenters, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(fast.brenier_potential, slow.brenier_potential, rtol=0, atol=1e-8)

@@ -53,7 +53,7 @@ def test_workers_are_asked_again_when_the_scheduler_is_slow():
         setup.live_workers(_SlowScheduler(10 ** 6), timeout=0.5)
 
 
-def test_kept_labels_are_exact():
+def test_kept_labels_are_exact(array_kernels):
     """A tile keeps its cells' labels in int32; the core gets them back in int64, equal."""
     rng = np.random.default_rng(0)
     seeds = rng.random((500, 2)) - 0.5

@@ -76,7 +76,7 @@ def test_cell_far_from_its_seed(backend, shape):
 
 
 @pytest.mark.parametrize("box", [((0.0, 0.0), (1.0, 1.0)), ((-1.0, 0.5), (2.0, 3.0))], ids=["unit", "shifted"])
-def test_one_pixel_equals_the_pixel_walk_on_a_constant_grid(backend, box, monkeypatch):
+def test_one_pixel_equals_the_pixel_walk_on_a_constant_grid(backend, box, monkeypatch, array_kernels):
     """A power diagram of 200 seeds (half of them hidden, the others of 3 to 13
     vertices, some on the box's sides): a (1, 1) density, integrated in closed form,
     gives the moments and edge integrals of a constant (3, 2) grid of the same value,
@@ -100,7 +100,7 @@ def test_one_pixel_equals_the_pixel_walk_on_a_constant_grid(backend, box, monkey
 
 
 @pytest.mark.parametrize("box", [((0.0, 0.0), (1.0, 1.0)), ((-1.0, 0.5), (2.0, 3.0))], ids=["unit", "shifted"])
-def test_cells_in_one_pixel_integrated_apart(backend, box, monkeypatch):
+def test_cells_in_one_pixel_integrated_apart(backend, box, monkeypatch, array_kernels):
     """2000 seeds on a 16x12 grid of random values (with zero pixels): eagerly, the cells
     that lie in one pixel are integrated in closed form, apart from the pixel walk of the
     others. Each such cell's moments are those of its polygon (exact rational arithmetic)

@@ -41,7 +41,7 @@ def without_one_edge(xp, y, lo, hi, i, others, options=DIAGRAM):
                                                                            xp.asarray([others], device=dev)))
 
 
-def test_repair_finds_a_sliver_the_fp32_certificate_cannot_see(backend):
+def test_repair_finds_a_sliver_the_fp32_certificate_cannot_see(backend, array_kernels):
     """Cell 33 of these 40 seeds, clipped by all its neighbours but 36 (an edge of
     length 2.8e-3), exceeds its true area by 1.3e-6 (scipy): within the FP32 area
     certificate's rounding tolerance (about 2e-5). Given as dirty, it is tested

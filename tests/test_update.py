@@ -235,7 +235,7 @@ def _padded(labels, width):
 
 
 @pytest.mark.parametrize("case", ["box", "gauss"])
-def test_solver_with_rings_in_tiles(eager_backend, monkeypatch, case):
+def test_solver_with_rings_in_tiles(eager_backend, monkeypatch, case, array_kernels):
     """The first diagram triangulated in tiles: the reference cases' W2^2 (C++ solvers)
     as before (numpy and torch: JAX solves under ``jax.jit`` and array_api_strict
     without a host, by clipping, with no triangulation)."""

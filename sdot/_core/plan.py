@@ -12,6 +12,8 @@ same computation, bit for bit, and W2^2 changes by the exact factor.
 """
 from __future__ import annotations
 
+import array_api_compat as aac
+
 from . import _compat, geometry, newton
 from .gradients import GradientState
 from .options import DEFAULT
@@ -30,13 +32,52 @@ def solve_plan(xp, prob, tol, max_iter, log=None, capacity=None, options=DEFAULT
         sol = closed_form(xp, prob, active, targets, log=log)
     else:
         unit, scale = normalised(xp, prob)
-        sol = newton.solve(xp, unit, tol, max_iter, active, targets, log=log, capacity=capacity, options=options)
+        order = _spatial_order(xp, unit.seeds)
+        if order is None:
+            sol = newton.solve(xp, unit, tol, max_iter, active, targets, log=log, capacity=capacity, options=options)
+        else:                               # renumbered so that neighbours are close in memory
+            take = lambda a: xp.take(a, order, axis=0)      # noqa: E731
+            sol = newton.solve(xp, unit._replace(seeds=take(unit.seeds), masses=take(unit.masses)), tol, max_iter,
+                               take(active), take(targets), log=log, capacity=capacity, options=options)
+            sol = _numbered_back(xp, sol, order)
         sol = sol._replace(psi=sol.psi * (scale * scale), evaluation=_in_units(xp, sol.evaluation, scale))
     out = _plan_arrays(xp, prob, sol.evaluation.moments, sol.psi, rep, active, targets)
     state = GradientState(sol.evaluation.cells, sol.evaluation.moments, out.pop("psi"), rep, active, targets)
     return dict(out, residual=sol.residual, iterations=sol.iterations, converged=sol.converged,
                 solution=sol, active=active, state=state, overflow=xp.any(sol.evaluation.cells.overflow) | (sol.trials_overflowed & ~sol.converged),
                 status=sol.status)
+
+
+def _spatial_order(xp, seeds):
+    """Where the compiled kernels run (:func:`.._compat.compiled_call`), an order of the seeds in
+    which neighbours are close (:func:`.compiled.tree.spatial_order`); else None."""
+    def kernel(points):
+        from .compiled import tree
+
+        return (tree.spatial_order(points),)
+    found = _compat.compiled_call(xp, kernel, seeds)
+    return None if found is None else found[0]
+
+
+def _numbered_back(xp, sol, order):
+    """The :class:`.newton.Solution` of the seeds ``seeds[order]`` for the seeds themselves: its
+    rows in their order, the cells' neighbour labels renamed."""
+    n = order.shape[0]
+    dev = aac.device(order)
+    inverse = _compat.put_rows(xp, xp.zeros((n,), dtype=order.dtype, device=dev), order,
+                               xp.arange(n, dtype=order.dtype, device=dev))
+    rows = lambda a: xp.take(a, inverse, axis=0)            # noqa: E731
+    cells = sol.evaluation.cells
+    fields = {}
+    for name, a in zip(cells._fields, cells):
+        if name == "labels":                # neighbour j of the renumbered seeds is order[j]
+            named = xp.reshape(xp.take(order, xp.reshape(xp.where(a >= 0, a, 0), (-1,))), a.shape)
+            a = xp.where(a >= 0, named, a)
+        if name != "certified":
+            fields[name] = rows(a)
+    ev = sol.evaluation._replace(cells=cells._replace(**fields), moments=rows(sol.evaluation.moments),
+                                 facet=rows(sol.evaluation.facet))
+    return sol._replace(psi=rows(sol.psi), evaluation=ev)
 
 
 @_compat.jit_on_jax()

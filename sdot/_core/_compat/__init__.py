@@ -20,7 +20,7 @@ from .arrays import (bucket, capacity, column, dot, first_columns, flat_take, hi
                      row_max, row_min, row_sum, rows_where, segment_sum, select, set_rows, true_entries)
 from .control import (background_result, blockwise, cond, fori_loop, in_background, jit_on_jax, slotwise,
                       while_loop)
-from .host import (from_host, host_any, host_call, host_share, host_view, is_traced, known_none, on_host, static_shapes,
+from .host import (compiled_call, from_host, host_any, host_call, host_share, host_view, is_traced, known_none, on_host, static_shapes,
                    to_int)
 from .linalg import FactorPCG, FactorPCGOptions, JacobiPCG, JacobiPCGOptions, LinearSolver, conjugate_gradient
 from .namespaces import namespace
@@ -29,7 +29,7 @@ from .triangulation import (delaunay_neighbours, knn, nearest, regular_cell_comb
 
 __all__ = [
     "segment_sum", "while_loop", "fori_loop", "cond", "column", "to_int", "host_call",
-    "is_traced", "on_host", "from_host", "host_any", "host_share", "bucket", "capacity", "set_rows", "jit_on_jax", "knn", "nearest",
+    "is_traced", "on_host", "from_host", "compiled_call", "host_any", "host_share", "bucket", "capacity", "set_rows", "jit_on_jax", "knn", "nearest",
     "delaunay_neighbours", "regular_cell_combinatorics", "regular_neighbours", "regular_rings", "conjugate_gradient",
     "namespace", "dot", "first_columns", "flat_take", "blockwise", "slotwise", "select", "true_entries", "rows_where", "static_shapes", "host_view", "known_none", "put_rows", "row_gather", "hits",
     "row_sum", "row_max", "row_min", "row_any", "row_all", "in_background", "background_result",

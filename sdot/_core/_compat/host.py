@@ -148,6 +148,30 @@ def _without_x64(dtype):
     return {"i": np.dtype(np.int32), "u": np.dtype(np.uint32), "f": np.dtype(np.float32)}.get(dtype.kind, dtype)
 
 
+def compiled_call(xp, kernel, *args):
+    """``kernel(*views)`` (a tuple of NumPy arrays, or None) on NumPy views of the concrete CPU
+    arrays ``args``, brought back into ``xp`` like ``args[0]``, where the compiled host kernels
+    run (:mod:`sdot._core.compiled`: eagerly, with numba, ``HostSettings.compiled`` on); else None
+    (the caller runs its array kernels). The kernels compute in FP64; their floating-point
+    results come back in the dtype of ``args[0]`` (FP32 inputs get FP32 results, computed more
+    exactly)."""
+    if static_shapes(*args):
+        return None
+    host = [host_view(a) for a in args]
+    if any(h is None for h in host):
+        return None
+    from .. import compiled
+
+    if not compiled.enabled():
+        return None
+    out = kernel(*host)
+    if out is None:
+        return None
+    dtype = host[0].dtype
+    same = lambda a: a.astype(dtype) if a.dtype.kind == "f" and dtype.kind == "f" and a.dtype != dtype else a  # noqa: E731
+    return tuple(from_host(xp, same(a), args[0]) for a in out)
+
+
 def on_host(fn, *args):
     """``fn`` on NumPy views of the concrete CPU arrays ``args`` (eagerly), else None."""
     if is_traced(*args):

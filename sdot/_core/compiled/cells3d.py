@@ -61,9 +61,10 @@ def _cannot_cut(vx, size, y, w, shape, lo, hi, g, big, k):
     :func:`.polyhedron.measure` ``shape``), by the bound of :mod:`.tree` (``g``, ``big``): on the
     sphere through the farthest vertex, then on the vertices' box, then at every vertex."""
     r2 = shape[0]
-    own = r2 - w
     h0, h1, h2 = 0.5 * g[k, 0], 0.5 * g[k, 1], 0.5 * g[k, 2]
     gy = g[k, 0] * y[0] + g[k, 1] * y[1] + g[k, 2] * y[2]
+    # (with a rounding margin: beside a Dirac 1e6 away the terms reach 1e12)
+    own = r2 - w + 64.0 * 2.0 ** -52 * (abs(gy) + abs(big[k]) + abs(w) + r2 + y[0] * y[0] + y[1] * y[1] + y[2] * y[2])
     d2 = _box_distance2(y[0] + h0, y[1] + h1, y[2] + h2, lo, hi, k)
     if d2 > r2:
         radius = np.sqrt(r2)
@@ -81,7 +82,7 @@ def _cannot_cut(vx, size, y, w, shape, lo, hi, g, big, k):
         x0, x1, x2 = vx[v, 0], vx[v, 1], vx[v, 2]
         bound = (_box_distance2(y[0] + x0 + h0, y[1] + x1 + h1, y[2] + x2 + h2, lo, hi, k)
                  - gy - 2.0 * (h0 * x0 + h1 * x1 + h2 * x2) - big[k])
-        if bound < x0 * x0 + x1 * x1 + x2 * x2 - w:
+        if bound < x0 * x0 + x1 * x1 + x2 * x2 + own - r2:
             return False
     return True
 
@@ -108,8 +109,9 @@ def _clip_by_seed(vx, cn, ad, lab, size, count, points, weights, t, j, y, w, sha
 @njit
 def _margin(off, dd, r2):
     """The rounding tolerance of a clip by ``u . d <= off`` of a cell within ``sqrt(r2)`` of its
-    seed: a few units in the last place of the terms of ``u . d - off``."""
-    return 64.0 * 2.0 ** -52 * (abs(off) + np.sqrt(dd * r2))
+    seed: a few units in the last place of the terms of ``u . d - off`` (64 of them kept
+    vertices that a plane cut 1e-8 deep in the cell of a Dirac 1e6 away)."""
+    return 4.0 * 2.0 ** -52 * (abs(off) + np.sqrt(dd * r2))
 
 
 @njit
@@ -252,13 +254,18 @@ def moved_rows(first, last, seeds, psi, active, box_lo, box_hi, vertices, corner
     their vertices moved to the weights ``psi`` into ``out_vx``; ``out_valid``: whether the cell
     keeps its edges (every vertex well defined, every edge's far end strictly inside the plane
     of the third facet at its near end), ``out_volume`` its volume. An active cell that was
-    empty is not valid (it may reappear). ``planes`` (V, 3, 4), ``ref``: scratch."""
+    empty is not valid (it may reappear), nor one far from its seed (beyond twice the box's
+    diagonal: nearly parallel planes). ``planes`` (V, 3, 4), ``ref``: scratch."""
     eps = 2.0 ** -52
+    far2 = 4.0 * ((box_hi[0] - box_lo[0]) ** 2 + (box_hi[1] - box_lo[1]) ** 2 + (box_hi[2] - box_lo[2]) ** 2)
     for i in range(first, last):
         m = size[i]
         out_volume[i] = 0.0
         if m == 0:
             out_valid[i] = not active[i]
+            continue
+        if vertices[i, 0, 0] ** 2 + vertices[i, 0, 1] ** 2 + vertices[i, 0, 2] ** 2 > far2:
+            out_valid[i] = False                # far from its seed: nearly parallel planes, clipped again
             continue
         ok = True
         for v in range(m):

@@ -188,3 +188,12 @@ def _solve_small(a, b, x):
     x[1] = (c01 * b[0] + c11 * b[1] + c21 * b[2]) / det
     x[2] = (c02 * b[0] + c12 * b[1] + c22 * b[2]) / det
     return True
+
+
+def spatial_order(points):
+    """An order of ``points`` (n, d) in which neighbours come close to each other: the leaves of
+    their tree (NumPy). The compiled solve renumbers its Diracs so (:func:`..plan.solve_plan`):
+    the seeds a cell, a matrix row or a ring reads then lie close in memory too (a 2D Newton
+    trial of 1e5 random Diracs took 0.2 to 0.3 s, 0.09 s so renumbered)."""
+    n = points.shape[0]
+    return build(np.ascontiguousarray(points, dtype=np.float64), np.arange(n, dtype=np.int64), 8)[0]

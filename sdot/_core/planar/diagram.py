@@ -34,7 +34,7 @@ import array_api_compat as aac
 from .. import _compat, gradients
 from .kinetic import rebuild, update
 from ..options import DIAGRAM
-from .polygons import CAPACITY, box_cells, clip_by, neighbours, slots_for
+from .polygons import CAPACITY, Cells, box_cells, clip_by, neighbours, slots_for
 from .repair import repair
 
 
@@ -114,6 +114,9 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     cells are returned as they are, supersets of the true ones, uncertified
     and not repaired.
     """
+    if candidates is None and (cells := _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous,
+                                                          stop_if_empty)) is not None:
+        return cells
     n = seeds.shape[0]
     dev = aac.device(seeds)
     rows = xp.arange(n, dtype=xp.int64, device=dev)
@@ -140,6 +143,30 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     if capacity >= 1024 or not _compat.host_any(xp, cells.overflow):
         return cells
     return power_cells(xp, seeds, psi, active, lo, hi, candidates, _grown(capacity), previous, options=options)
+
+
+def _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_empty):
+    """Eagerly on the host, every cell by the compiled kernel (:func:`..compiled.cells2d.power_cells`:
+    the previous cells moved or each cell clipped on its own, by a k-d tree of the seeds, exact
+    whatever the weights); None where it does not run (traced or device arrays, numba missing
+    or turned off). ``stop_if_empty``: a cell found empty leaves the diagram uncertified."""
+    past = () if previous is None else (previous.vertices, previous.labels, previous.count)
+
+    def kernel(seeds, psi, active, lo, hi, *past):
+        from ..compiled import cells2d
+
+        slots = capacity
+        while True:
+            *arrays, status = cells2d.power_cells(seeds, psi, active, lo, hi, slots, past or None)
+            overflow = status == cells2d.OVERFLOWED
+            if not overflow.any() or slots >= 1024:
+                return (*arrays, overflow)
+            slots = _grown(slots)
+    found = _compat.compiled_call(xp, kernel, seeds, psi, active, lo, hi, *past)
+    if found is None:
+        return None
+    empty = stop_if_empty and _compat.host_any(xp, active & (found[2] == 0))
+    return Cells(*found, xp.asarray(not empty, device=aac.device(seeds)))
 
 
 def _grown(capacity: int) -> int:

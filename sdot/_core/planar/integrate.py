@@ -246,8 +246,16 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
     ``M_x = int (x - y_i) rho``, ``M_2 = int |x - y_i|^2 rho`` over the cell.
     Eagerly in blocks of rows (:func:`.._compat.blockwise`): the per-piece
     temporaries of all edges at once would dominate the memory of a solve. The prefix
-    tables of the density are computed once, not per block.
+    tables of the density are computed once, not per block. Eagerly on the host, by the
+    compiled kernel (:func:`..compiled.integrals2d.cell_integrals`).
     """
+    def kernel(*host):
+        from ..compiled import integrals2d
+
+        return integrals2d.cell_integrals(*host)
+    found = _compat.compiled_call(xp, kernel, seeds, cells.vertices, cells.labels, cells.count, density, lo, hi)
+    if found is not None:
+        return found
     origin = _far_origins(xp, cells.vertices, cells.count)
     vertices = cells.vertices
     if origin is not None:

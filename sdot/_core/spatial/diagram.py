@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat, compiled, gradients
+from .. import _compat, gradients
 from ..options import DIAGRAM
 from . import integrate
 from .kinetic import moved, moved_rows
@@ -92,31 +92,28 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
 
 def _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_empty):
     """Eagerly on the host, every cell by the compiled kernel (:func:`..compiled.cells3d.power_cells`:
-    each cell clipped from the box by the previous diagram's neighbours, then by the seeds of a
-    k-d tree that may cut it, exact whatever the weights); None where it does not run (traced
-    or device arrays, numba missing or turned off) or where rounding broke a cell (the array
-    kernels then build the diagram)."""
-    if _compat.static_shapes(seeds):
-        return None
-    host = [_compat.host_view(a) for a in (seeds, psi, active, lo, hi)]
-    if any(h is None for h in host) or not compiled.enabled():
-        return None
-    from ..compiled import cells3d
-
+    the previous cells moved or each cell clipped on its own, by a k-d tree of the seeds, exact
+    whatever the weights); None where it does not run (traced or device arrays, numba missing
+    or turned off) or where rounding broke a cell (the array kernels then build the diagram)."""
     fields = ("vertices", "corners", "adjacent", "size", "labels", "count")
-    past = None if previous is None else tuple(_compat.host_view(getattr(previous, f)) for f in fields)
-    if past is not None and any(p is None for p in past):
-        past = None
-    while True:
-        *arrays, status = cells3d.power_cells(*host, capacity, past)
-        if (status == cells3d.BROKEN).any():
-            return None
-        overflow = status == cells3d.OVERFLOWED
-        if not overflow.any() or capacity >= 1024:
-            break
-        capacity = (3 * capacity // 2 + 3) // 4 * 4
-    back = [_compat.from_host(xp, a, seeds) for a in arrays + [overflow]]
-    cells = Cells(*back, xp.asarray(True, device=aac.device(seeds)))
+    past = () if previous is None else tuple(getattr(previous, f) for f in fields)
+
+    def kernel(seeds, psi, active, lo, hi, *past):
+        from ..compiled import cells3d
+
+        slots = capacity
+        while True:
+            *arrays, status = cells3d.power_cells(seeds, psi, active, lo, hi, slots, past or None)
+            if (status == cells3d.BROKEN).any():
+                return None
+            overflow = status == cells3d.OVERFLOWED
+            if not overflow.any() or slots >= 1024:
+                return (*arrays, overflow)
+            slots = (3 * slots // 2 + 3) // 4 * 4
+    found = _compat.compiled_call(xp, kernel, seeds, psi, active, lo, hi, *past)
+    if found is None:
+        return None
+    cells = Cells(*found, xp.asarray(True, device=aac.device(seeds)))
     if stop_if_empty and _emptied(xp, cells, active):
         return _uncertified(xp, cells)
     return cells

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat, compiled
+from .. import _compat
 from ..hiding import first_hidden
 
 #: Vertex slots of the first pass over the cells (then all slots of the cells with more):
@@ -43,14 +43,11 @@ def fans(xp, seeds, psi, active, cells):
 def _compiled_fans(xp, seeds, psi, active, cells):
     """Eagerly on the host, :func:`fans` by the compiled kernel (:mod:`..compiled.hiding3d`:
     the same numbers, cell by cell); None where it does not run."""
-    if _compat.static_shapes(seeds):
-        return None
-    host = [_compat.host_view(a) for a in (seeds, psi, active, cells.labels, cells.count, cells.size, cells.corners)]
-    if any(h is None for h in host) or not compiled.enabled():
-        return None
-    from ..compiled import hiding3d
+    def kernel(*host):
+        from ..compiled import hiding3d
 
-    return tuple(_compat.from_host(xp, a, seeds) for a in hiding3d.fans(*host))
+        return hiding3d.fans(*host)
+    return _compat.compiled_call(xp, kernel, seeds, psi, active, cells.labels, cells.count, cells.size, cells.corners)
 
 
 def hiding_step(xp, seeds, psi, d, active, cells, fans_at_psi=None):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat, compiled
+from .. import _compat
 from ..moments import FAR, about_seeds
 from . import faces, sensitivity
 from .bernstein import (bernstein_axis_second_moments, bernstein_cell_integrals,  # noqa: F401 (re-exported)
@@ -43,16 +43,12 @@ def _compiled_integrals(xp, seeds, cells, values, lo, hi):
     """Eagerly on the host, :func:`cell_integrals` by the compiled kernel
     (:func:`..compiled.integrals3d.cell_integrals`: each cell cut into its pieces in the voxels,
     each integrated in closed form); None where it does not run."""
-    if _compat.static_shapes(cells.vertices):
-        return None
-    arrays = (seeds, cells.vertices, cells.corners, cells.adjacent, cells.size, cells.count, values, lo, hi)
-    host = [_compat.host_view(a) for a in arrays]
-    if any(h is None for h in host) or not compiled.enabled():
-        return None
-    from ..compiled import integrals3d
+    def kernel(*host):
+        from ..compiled import integrals3d
 
-    moments, facet = integrals3d.cell_integrals(*host, cells.labels.shape[1])
-    return _compat.from_host(xp, moments, seeds), _compat.from_host(xp, facet, seeds)
+        return integrals3d.cell_integrals(*host, cells.labels.shape[1])
+    return _compat.compiled_call(xp, kernel, seeds, cells.vertices, cells.corners, cells.adjacent, cells.size,
+                                 cells.count, values, lo, hi)
 
 
 def _voxel_rows(xp, seeds, cells, rows, values, lo, hi):
