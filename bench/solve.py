@@ -19,8 +19,9 @@ otherwise): the uniform density ("box3d") and a 32^3 Gaussian voxel image ("gaus
 ``0.2 + exp(-|c - m|^2 / (2 0.15^2))`` at the voxel centres ``c``). Targets:
 the uniform density ("box"), the 64x64 Gaussian image of the reference cases
 ("gauss"), and 64x64 images that are 0 outside a shape (:func:`target_values`): an
-annulus ("annulus"), two separate discs ("blobs") and the square of the reference case
-square0-2d ("square0"); and Bernstein grids of degree 1 and 2 ("bern1", "bern2", a
+annulus ("annulus"), two separate discs ("blobs"), the square of the reference case
+square0-2d ("square0") and two squares joined by a one-pixel bridge ("bridge", as bench.hard's),
+and a Gaussian ring ``exp(-(|c - m| - 0.3)^2 / (2 0.05^2))`` ("ring"); and Bernstein grids of degree 1 and 2 ("bern1", "bern2", a
 ``PolynomialGrid`` of 64x64 cells): the Gaussian of "gauss" sampled at each cell's control
 points ``(i + k0 / p, j + k1 / p) / 64``, its Bernstein coefficients (positive, smooth across
 cells); "spline1" is ``SplineGrid(continuity=1)`` of the "gauss" image (a degree-2 grid). If ``pysdot`` is importable, it is timed on the same points (not on "bern1", "bern2").
@@ -94,6 +95,13 @@ def target_values(name):
         img = np.zeros((64, 64))
         img[20:40, 20:40] = 1.0
         return img
+    if name == "bridge":
+        img = np.zeros((64, 64))
+        img[8:24, 20:44] = img[40:56, 20:44] = 1.0
+        img[24:40, 32] = 1.0
+        return img
+    if name == "ring":
+        return np.exp(-(np.sqrt((x - 0.5) ** 2 + (y - 0.5) ** 2) - 0.3) ** 2 / (2 * 0.05 ** 2))
     raise ValueError(f"unknown target {name!r}: box, gauss, annulus, blobs, square0, box3d, gauss3d, bern1, bern2 or spline1")
 
 
@@ -294,7 +302,8 @@ def main(argv=None):
                         help="jax: eager JAX arrays (solved on the host); jax-jit: under jax.jit, the NumPy "
                              "core by a host callback; jax-jit-compiled: under jax.jit, the compiled solve")
     parser.add_argument("--targets", nargs="+", default=["box", "gauss"],
-                        choices=["box", "gauss", "annulus", "blobs", "square0", "box3d", "gauss3d", "bern1", "bern2", "spline1"])
+                        choices=["box", "gauss", "annulus", "blobs", "square0", "bridge", "ring", "box3d", "gauss3d", "bern1",
+                                 "bern2", "spline1"])
     parser.add_argument("--tol", type=float, default=1e-8,
                         help="max absolute cell-mass error (default 1e-8, as the C++ reference runs)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per row")
