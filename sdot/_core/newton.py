@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, continuation, geometry, starts
+from . import _compat, balancing, continuation, geometry, starts
 from .newton_matrix import near_domain, newton_direction
 from .options import DEFAULT, DIAGRAM
 
@@ -374,7 +374,9 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
         # piece of the support: cells in separate pieces, their masses unbalanced (Diracs
         # sampled inside two discs, 1010 and 990 for equal masses, crawled 171 steps); the
         # blur joins the pieces, so the continuation starts from here (once)
-        lost = (st.width == 0) & (_span(xp, d, active) > reach2)
+        # (or one that is not finite: a Newton matrix without a facet of positive integral)
+        wide = ~(_span(xp, d, active) <= reach2)
+        lost = (st.width == 0) & wide
         hidden_at = _compat.cond(bounded, lambda: geom.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans),
                                  lambda: xp.full_like(st.first, xp.inf))
         # a start whose cells all hold their share, but whose first step hides a seed almost at
@@ -382,17 +384,32 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
         # continuation starts from here instead
         lost = lost | ((st.width == 0) & st.new_width & (hidden_at < options.hopeless_step))
 
+        def balance_trial(t, dd):
+            new = evaluate(xp, stage_prob, st.psi + t * dd, active, capacity=st.ev.cells.labels.shape[1],
+                           previous=st.ev.cells, trial=xp.asarray(True, device=dev), diagram=options.diagram)
+            _, norm_t = error(new.moments, st.width)
+            sound = new.cells.certified & ~xp.any(new.cells.overflow)
+            past = ~sound | (balancing.slope(xp, dd, goal(st.width) - new.moments[:, 0], active) < 0)
+            return new, past, _accept(xp, new.moments, new.cells, active, st.floor, norm_t, norm0, t)
+
         def proceed():
             if prob.seeds.shape[1] in options.hiding_on_the_backtracking:
                 t1 = _below_on_the_backtracking(xp, st.first, hidden_at, options.backtrack)
             else:
                 t1 = xp.minimum(st.first, options.hiding_margin * hidden_at)
-            # a failed linear solve gives a non-finite direction: no trial
             no = xp.asarray(False, device=dev)
-            t, new, ok, overflowed = _compat.cond(
-                xp.all(xp.isfinite(d)), lambda: damped_step(stage_prob, st.width, st.psi, st.ev, d, norm0, t1, st.floor),
-                lambda: (xp.zeros_like(t1), st.ev, no, no))
-            psi, ev = _compat.cond(ok, lambda: (st.psi + t * d, new), lambda: (st.psi, st.ev))
+            # a direction wider than the squared diameter (not finite included) that the blur
+            # did not take: pieces balanced by a line search of the dual (:mod:`.balancing`);
+            # damped, no trial reduced the residual (two Diracs against two pixels)
+            def balanced():
+                t, new, ok, scaled = balancing.balancing_step(
+                    xp, balance_trial, d, goal(st.width) - st.ev.moments[:, 0], active, reach2, options.balance_bisections)
+                return t, new, ok, no, scaled
+
+            def damped():
+                return damped_step(stage_prob, st.width, st.psi, st.ev, d, norm0, t1, st.floor) + (d,)
+            t, new, ok, overflowed, step = _compat.cond(wide, balanced, damped)
+            psi, ev = _compat.cond(ok, lambda: (st.psi + t * step, new), lambda: (st.psi, st.ev))
             err = error(ev.moments, st.width)[0]
             if log is not None:
                 _compat.host_call(log, st.it + 1, err, xp.where(ok, t, 0.0), st.width)

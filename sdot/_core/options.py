@@ -155,6 +155,9 @@ class NewtonOptions:
     #: That box's largest reach from the median, in interquartile ranges (uniform Diracs: 2;
     #: one Dirac at 1e6 among 39, kept by the quantile, squeezed the others and stalled the solve).
     start_spread: float = 4.0
+    #: Trials of the line search that balances separate pieces (:mod:`.balancing`) at most:
+    #: bisections of the step along a direction as wide as the squared diameter.
+    balance_bisections: int = 40
     #: Steps in a row without an accepted trial, or with one shorter than ``stall_step``,
     #: after which the solve stops.
     stalls: int = 3
