@@ -214,12 +214,29 @@ def _max_reach(dtype_max):
 def _check_range(xp, prob):
     """Eagerly, refuse magnitudes the computation dtype cannot square (a ``ValueError``
     that says which), before any work."""
-    ops, (lo, hi, seeds) = _driver.checkable(prob.lo, prob.hi, prob.seeds)
+    ops, (lo, hi, seeds, masses, rho) = _driver.checkable(prob.lo, prob.hi, prob.seeds, prob.masses,
+                                                           prob.density.values)
     side = float(ops.max(hi - lo))
     finfo = xp.finfo(prob.seeds.dtype)
+    dtype = prob.seeds.dtype
     if not math.isfinite(side):
         raise ValueError("domain: its sides overflow the computation dtype "
-                         f"({prob.seeds.dtype}); rescale the problem")
+                         f"({dtype}); rescale the problem")
+    volume = float(ops.prod(hi - lo))
+    if not (side * side >= float(finfo.smallest_normal) / float(finfo.eps) and volume >= float(finfo.smallest_normal)):
+        raise ValueError(f"domain: sides of {side:.3g} (volume {volume:.3g}) are too small for {dtype}: the solver "
+                         "squares lengths and divides by the volume; rescale the problem")
+    total = float(ops.sum(masses))
+    if not (math.isfinite(total) and total > 0):
+        raise ValueError(f"weights: normalised in {dtype}, the masses of the Diracs are "
+                         + ("0: the sum of the weights overflows" if total == 0 else
+                            "not finite: the sum of the weights is too small to divide by")
+                         + "; rescale the weights")
+    if not bool(ops.all(ops.isfinite(rho))) or not bool(ops.any(rho > 0)):
+        raise ValueError(f"values: normalised in {dtype} to a density of the target's mass, the grid's values "
+                         "give " + ("0 everywhere: their sum overflows" if bool(ops.all(ops.isfinite(rho)))
+                                    else "values that are not finite: their sum is too small to divide by")
+                         + "; rescale the values")
     centre = 0.5 * (lo + hi)
     reach = float(ops.max(ops.abs(seeds - centre))) / side
     if not reach <= _max_reach(float(finfo.max)):
@@ -478,6 +495,28 @@ def _support_pieces(prob):
     return int(ndimage.label(positive)[1])
 
 
+#: Distance from the domain, in its sides, up to which the tests solve a far Dirac (FP64).
+_TESTED_REACH = 1e6
+
+
+def _empty_cells(prob, empty):
+    """A sentence on the Diracs of positive mass whose cells are empty (``empty`` (n,)): how
+    many, the first few by index and position, and those too far from the domain."""
+    seeds = _driver._to_host(_autodiff.detach(prob.seeds))
+    lo, hi = (_driver._to_host(_autodiff.detach(a)) for a in (prob.lo, prob.hi))
+    side = float(np.max(hi - lo))
+    reach = np.max(np.maximum(np.maximum(lo - seeds, seeds - hi), 0.0), axis=1) / side
+    which = np.flatnonzero(empty)
+    named = ", ".join(f"{i} at {seeds[i].tolist()}" for i in which[:3]) + (", ..." if len(which) > 3 else "")
+    sentence = f"{len(which)} Diracs of positive mass have empty cells (index {named})"
+    far = which[reach[which] > _TESTED_REACH]
+    if len(far):
+        sentence += (f"; Dirac {int(far[0])} lies {float(reach[far[0]]):.3g} domain sides from the domain: "
+                     f"{seeds.dtype} places the facets of so far a Dirac only to about its eps times that "
+                     f"distance (tested to {_TESTED_REACH:.0e} sides): move it closer, or drop it")
+    return sentence
+
+
 def _failure(plan, stop, tol, max_iter, prob, options):
     """Why a solve did not converge (with the Newton ``options``), for :class:`OtNotConverged`."""
     status = _STATUS[int(plan.status)]
@@ -503,7 +542,7 @@ def _failure(plan, stop, tol, max_iter, prob, options):
         lines.append("the last power diagram could not be certified (its cells may overlap or leave gaps): "
                      "its masses need not sum to the total")
     if empty:
-        lines.append(f"{empty} Diracs of positive mass have empty cells")
+        lines.append(_empty_cells(prob, (masses <= 0) & wanted))
     return "; ".join(lines) + ". The partial plan is the exception's .plan (converged=False)."
 
 

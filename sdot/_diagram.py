@@ -87,7 +87,7 @@ class PowerDiagram(JaxPytree):
 
     def __init__(self, positions, weights=None, domain=None):
         from ._grids import Grid
-        from ._measures import SumOfDiracs, SumOfDiracs1d
+        from ._measures import SumOfDiracs, SumOfDiracs1d, _check_values
 
         on_line = getattr(positions, "ndim", None) == 1 or (
             not hasattr(positions, "ndim") and np.ndim(positions) == 1)
@@ -100,6 +100,7 @@ class PowerDiagram(JaxPytree):
              else _driver.to_array(weights, "weights"))
         if tuple(w.shape) != (src.n,):
             raise ValueError(f"weights must have shape ({src.n},), got {tuple(w.shape)}")
+        _check_values(w, "weights", nonneg=False)
         self.positions, self.weights = src.positions, w
         self._target = Grid(xp.ones((1,) * src.dim, dtype=src.positions.dtype, device=dev), domain=domain,
                             mass=None).with_dim(src.dim)

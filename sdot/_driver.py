@@ -305,6 +305,8 @@ def to_array(x, name):
     TypeError
         If ``x`` is not numeric (strings, objects, complex numbers, ragged lists).
     """
+    if aac.is_torch_array(x):
+        _check_torch_layout(x, name)
     if aac.is_array_api_obj(x) and not aac.is_numpy_array(x):
         xp = aac.array_namespace(x)
         if aac.is_jax_array(x):
@@ -330,6 +332,19 @@ def to_array(x, name):
         raise TypeError(f"{name}: expected an array of real numbers, got "
                         f"{type(x).__name__} of dtype {host.dtype}")
     return _from_numpy(host, driver.framework, driver.device)
+
+
+def _check_torch_layout(x, name):
+    """Refuse torch tensors without values to compute with: sparse layouts and the ``meta``
+    device."""
+    import torch
+
+    if x.layout != torch.strided:
+        raise TypeError(f"{name}: a torch tensor of layout {x.layout}; sdot computes on dense tensors: "
+                        f"pass {name}.to_dense()")
+    if x.device.type == "meta":
+        raise ValueError(f"{name}: a torch tensor on the 'meta' device holds no values to compute with; "
+                         "create it on a real device (cpu, cuda...)")
 
 
 def _from_numpy(host, framework, device):

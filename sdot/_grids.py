@@ -11,6 +11,19 @@ from ._measures import (_Measure, _check_mass, _check_values, _describe, _is_arr
 __all__ = ["PolynomialGrid", "Grid"]
 
 
+#: The largest polynomial degree per axis: beyond it the integrals of the Bernstein pieces
+#: over the cells lose digits in FP64 (the cells' masses of a spline of degree 21 summed to
+#: 1 within 3e-11 only, of degree 23 within 1e-9: more than the solver's tolerance).
+MAX_DEGREE = 17
+
+
+def degree_error(p):
+    """The ``ValueError`` of a degree ``p`` above :data:`MAX_DEGREE`."""
+    return ValueError(f"degree {p} per axis: the largest supported degree is {MAX_DEGREE} (SplineGrid: "
+                      f"continuity {MAX_DEGREE - 1}); beyond it the integrals over the cells lose digits in "
+                      "FP64 (cell masses off by 1e-9 at degree 23), and the cost grows as (degree + 1)^d per cell")
+
+
 def _degree(shape, d, one_value_per_cell):
     """Polynomial degree per axis of ``values`` of ``shape`` for dimension ``d``."""
     if len(shape) == d:
@@ -20,6 +33,8 @@ def _degree(shape, d, one_value_per_cell):
         while (p + 1) ** d < k:
             p += 1
         if (p + 1) ** d == k:
+            if p > MAX_DEGREE:
+                raise degree_error(p)
             return p
         raise ValueError(f"values: the last axis must hold (p+1)^{d} Bernstein coefficients "
                          f"per cell, got {k}")
@@ -30,6 +45,8 @@ def _degree(shape, d, one_value_per_cell):
 
 def _bound(b, values):
     """One corner of the domain: a native array cast to ``values.dtype``, or NumPy."""
+    if _is_native(b) and _is_native(values) and not _driver.same_framework(b, values):
+        namespace(b, values)            # torch and JAX in one call: a TypeError that names both
     if _is_native(b) and _driver.same_framework(b, values):
         return b if b.dtype == values.dtype else namespace(b).astype(b, values.dtype)
     host = _driver._to_host(b) if _is_native(b) else np.asarray(b)
@@ -82,7 +99,7 @@ class PolynomialGrid(_Measure):
         ``values.ndim == d``: one constant per cell; ``values[i0, i1, ...]`` is
         the cell ``[i0/n0, (i0+1)/n0] x [i1/n1, ...]`` of the domain.
         ``values.ndim == d + 1``: the last axis holds the ``(p+1)^d`` Bernstein
-        coefficients (C order) of a polynomial of degree ``p`` per axis on each
+        coefficients (C order) of a polynomial of degree ``p <= 17`` per axis on each
         cell. Must be finite, >= 0 and not all zero.
     domain : pair (lo, hi), optional
         Lower and upper corners, scalars or of shape ``(d,)``.

@@ -7,7 +7,7 @@ import numpy as np
 
 from . import _driver, _splines
 from ._driver import is_tracer, namespace
-from ._grids import PolynomialGrid
+from ._grids import MAX_DEGREE, PolynomialGrid, degree_error
 from ._measures import _describe, _known
 
 __all__ = ["SplineGrid"]
@@ -34,7 +34,8 @@ class SplineGrid(PolynomialGrid):
         The control values ``c``, one per cell; finite, >= 0 and not all zero.
         With ``interpolate=True``: the values of ``S`` at the cell centres.
     continuity : int, default 1
-        ``S`` has ``continuity`` continuous derivatives (degree ``continuity + 1``).
+        ``S`` has ``continuity`` continuous derivatives (degree ``continuity + 1``), at most 16
+        (beyond it the integrals over the cells lose digits in FP64: ``ValueError``).
     domain : pair (lo, hi), optional
         As for :class:`PolynomialGrid`; the dimension is ``values.ndim``.
     mass : float or None, default 1
@@ -61,6 +62,8 @@ class SplineGrid(PolynomialGrid):
                             f"{continuity!r}")
         if continuity < 0:
             raise ValueError(f"continuity must be an integer >= 0, got {continuity}")
+        if continuity + 1 > MAX_DEGREE:
+            raise degree_error(continuity + 1)
         if not isinstance(interpolate, (bool, np.bool_)):
             raise TypeError(f"interpolate must be True or False, got {type(interpolate).__name__}")
         self._continuity, self._interpolate = int(continuity), bool(interpolate)

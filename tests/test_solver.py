@@ -306,3 +306,23 @@ def test_float32_inputs_are_normalised_and_solved_in_fp64(eager_backend):
     plan = sdot.optimal_transport_plan(src, g, tol=1e-13)
     assert bool(plan.converged) and float(plan.residual) <= 1e-13
     assert plan.distance.dtype == eager_backend.xp.float64
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_barycenters_stay_in_the_domain_whatever_the_rounding(dtype):
+    """Barycentres are means of points of the domain. A cell of mass 2.9e-8 beside the
+    domain's side had its FP32 barycentre at x = -2.5e-5 (its first moment and mass rounded
+    apart); moments rounded so far off come back on the domain's side, the others unchanged."""
+    from sdot._core import newton, plan as core_plan
+    from sdot._core.density import PixelDensity
+
+    seeds = np.array([[0.001, 0.5], [0.6, 0.5]], dtype=dtype)
+    lo, hi = np.zeros(2, dtype=dtype), np.ones(2, dtype=dtype)
+    prob = newton.Problem(seeds, np.array([2.9e-8, 1.0 - 2.9e-8], dtype=dtype), PixelDensity(np.ones((4, 4), dtype), lo, hi))
+    # (mass, first moments about the seed, second moment): the tiny cell's mean 2.6e-5 left of its seed
+    mom = np.array([[2.9e-8, -2.9e-8 * 1.026e-3, 0.0, 1e-15], [1.0 - 2.9e-8, -0.1, 0.01, 0.1]], dtype=dtype)
+    out = core_plan._plan_arrays(np, prob, mom, np.zeros(2, dtype), np.arange(2), np.ones(2, bool), prob.masses)
+    b = out["barycenters"]
+    assert b.dtype == dtype
+    np.testing.assert_array_equal(b[0], np.array([0.0, 0.5], dtype))
+    np.testing.assert_allclose(b[1], seeds[1] + mom[1, 1:3] / mom[1, 0], rtol=1e-6)

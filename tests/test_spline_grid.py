@@ -157,6 +157,11 @@ def test_validation(sdot_driver):
             SplineGrid(v, continuity=bad)
     with pytest.raises(TypeError, match="interpolate must be True or False"):
         SplineGrid(v, interpolate="yes")
+    for too_smooth in (17, 50):           # at once, not after minutes of integrals
+        with pytest.raises(ValueError, match="the largest supported degree is 17 .*continuity 16"):
+            SplineGrid(v, continuity=too_smooth)
+    with pytest.raises(ValueError, match="degree 18 per axis: the largest supported degree is 17"):
+        sdot.PolynomialGrid(np.ones((2, 2, 19 ** 2)), domain=([0, 0], [1, 1]))
     with pytest.raises(ValueError, match="values must be >= 0"):
         SplineGrid(-v)
     with pytest.raises(ValueError, match="values contains NaN"):
@@ -336,3 +341,14 @@ def test_numpy_derivatives_wrt_spline_values_match_finite_differences(sdot_drive
     assert float(np.sum(base.vjp(distance=1.0)["values"] * dv)) == pytest.approx(fd_distance, rel=1e-6, abs=1e-10)
     assert float(np.sum(base.vjp(barycenters=cot)["values"] * dv)) == pytest.approx(
         float(np.sum(fd_barycenters * cot)), rel=1e-6, abs=1e-8)
+
+
+def test_the_largest_degree_keeps_the_masses_exact(sdot_driver):
+    """At continuity 16 (degree 17, the largest) the cells' masses still sum to the total
+    (1e-9 off at continuity 22, which the solver's tolerance cannot tell from converged)."""
+    sdot_driver.framework = "numpy"
+    rng = np.random.default_rng(0)
+    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(rng.random((20, 2))),
+                                       SplineGrid(rng.uniform(0.5, 2.0, (8, 8)), continuity=16))
+    assert abs(float(np.sum(np.asarray(plan.cell_masses))) - 1.0) < 1e-11
+    assert float(plan.residual) <= 1e-10

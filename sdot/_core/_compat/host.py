@@ -45,8 +45,9 @@ def host_view(x):
     """A NumPy view of a concrete CPU array, or None (traced, GPU, strict...)."""
     if aac.is_numpy_array(x):
         return x
-    if aac.is_torch_array(x):
-        return x.detach().numpy() if x.device.type == "cpu" and not _functorch_wrapped(x) else None
+    if aac.is_torch_array(x):          # (NumPy has no bfloat16)
+        on_host = x.device.type == "cpu" and not _functorch_wrapped(x) and str(x.dtype) != "torch.bfloat16"
+        return x.detach().numpy() if on_host else None
     if aac.is_jax_array(x) and not is_traced(x):
         if all(d.platform == "cpu" for d in x.devices()):
             return np.asarray(x)
