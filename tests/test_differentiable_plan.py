@@ -295,6 +295,9 @@ def test_core_products_on_every_backend(backend, dim):
     without data-dependent shapes, torch, JAX eagerly) equal NumPy's."""
     if backend.name == "jax-jit":
         pytest.skip("compiled: test_jax_under_jit_vmap_and_scan_equals_eager_and_torch")
+    if backend.name == "jax" and dim == 3:
+        pytest.skip("eager JAX compiles each operation (40 s): 2D here, 3D under jit in "
+                    "test_bernstein_plan_derivatives.py::test_3d_kernels_on_every_backend")
     x, w, values, (lo, hi) = problem(dim, n=8)
     m = w / w.sum()
     values = values / (values.sum() * np.prod((hi - lo) / values.shape))
