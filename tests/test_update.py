@@ -75,6 +75,8 @@ def test_update_matches_scipy_after_many_flips(backend, scale, share):
     updated and repaired cells are certified and equal the reference, whether
     they come from the kinetic update or (eagerly, on the host) from the
     regular triangulation."""
+    if backend.static and share == 0.0:
+        pytest.skip("under static shapes nothing is rebuilt (host_share is 0): the kinetic case")
     check_update_against_scipy(backend, scale, dataclasses.replace(DIAGRAM, rebuild_share=share))
 
 
