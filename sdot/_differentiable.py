@@ -31,7 +31,7 @@ class Kept:
     """What the rules of one solve share eagerly: the facets of its cells (computed at the
     first product) and a linear solver, whose factors of the Newton matrix at the optimum serve
     every product. (Not the Newton steps' solver: its last factors, of the step before, as the
-    preconditioner of a solve to 1e-13 made a backward at 1e5 twice as slow, bench/LOG.md.)"""
+    preconditioner of a solve to 1e-13 made a backward at 1e5 twice as slow.)"""
 
     def __init__(self):
         self.solver, self.lin, self.facets = DEFAULT.linear.solver(), None, None

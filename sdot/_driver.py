@@ -2,7 +2,7 @@
 
 ``driver`` is the single instance of :class:`Driver`. Torch and JAX are never
 imported by this module: they are imported lazily, only when an input has to
-be converted to them (rules 1-4 of SPEC.md, see ``docs/backends.md``).
+be converted to them (``docs/backends.md``).
 """
 from __future__ import annotations
 

@@ -265,10 +265,20 @@ def eager_backend(request, sdot_driver):
         yield b
 
 
+#: The backends of the quick subset (``pytest -m "not slow"``): a test parametrised by
+#: backend runs there on these only, its other backends are marked ``slow``.
+QUICK_BACKENDS = ("numpy", "torch")
+
+#: Modules marked ``slow``: JAX's (compiles) and dask's (a cluster per module).
+SLOW_MODULES = ("test_jax", "test_dask")
+
 #: Tests marked ``slow`` (``pytest -m "not slow"`` is the quick subset: every module on
-#: NumPy, array_api_strict and torch): besides those on JAX (their names hold "jax" or "jit"),
-#: these run subprocesses or large cases.
+#: NumPy and torch): besides :data:`SLOW_MODULES`, those on JAX (their names hold "jax" or
+#: "jit") and those on the other backends, these run subprocesses or large cases.
 SLOW_TESTS = (
+    "test_spatial.py::test_local_reclips_on_a_shell_of_zero_density_voxels_change_nothing",
+    "test_hard_densities.py::test_repeated_returns_on_scattered_pixels",
+    "test_hard_densities.py::test_one_dirac_very_far_from_a_shape",
     "test_docs.py::test_doc_examples_run",          # each doc page in a fresh interpreter
     "test_docs.py::test_examples_run",
     "test_hard_densities.py::test_degenerate_inputs_do_not_crash_the_process",
@@ -279,25 +289,81 @@ SLOW_TESTS = (
 )
 
 
-#: Tests not run on "strict-device1": its purpose is the device of every array, at small
-#: sizes; these solve larger or many problems on the code paths of "array_api_strict" (the
-#: same pure array-API fallbacks, on the default device), which runs them.
-DEVICE1_SKIPPED = (
-    "test_hard_densities.py::test_scaling_multiplies_w2_by_the_square",
-    "test_hard_densities.py::test_translation_changes_nothing",
-    "test_trials.py::test_abandoned_trials_leave_the_solve_unchanged",
-    "test_solver.py::test_batch_is_a_loop_over_items",
-)
+#: The tests (``"module.py"`` or ``"module.py::test"``) that call the core's kernels directly.
+#: Eager JAX never runs them on the CPU (concrete JAX arrays are solved by the NumPy core on
+#: the host, ``sdot._api``): they run on JAX under ``jit`` ("jax-jit"), and their eager code
+#: paths on numpy, torch and array_api_strict.
+KERNEL_TESTS = ("test_integrals.py", "test_update.py", "test_agreement.py", "test_trials.py", "test_repair.py",
+                "test_sensitivity_integrals.py", "test_spatial_integrals.py", "test_spatial_sensitivity_integrals.py",
+                "test_spatial_bernstein_integrals.py", "test_linear_solve.py",
+                "test_power_diagram.py::test_capacity_grows_on_overflow")
+
+#: The invariances (scale, translation, sizes of the same solve): they hold for every backend
+#: alike, and a solve on each checks the backend.
+INVARIANCES = ("test_hard_densities.py::test_scaling_multiplies_w2_by_the_square",
+               "test_hard_densities.py::test_translation_changes_nothing",
+               "test_trials.py::test_abandoned_trials_leave_the_solve_unchanged")
+
+#: Solves of several kinds of input that "jax-jit" runs all of, in one compiled program: the
+#: traced code paths of "strict-static" and the fallbacks of the array_api_strict backends
+#: take one kind.
+ONE_KIND_ON_STRICT = INVARIANCES + ("test_hard_densities.py::test_degenerate_dirac_sets",)
+
+#: The tests of the 2D diagram's updates, checks, repairs and trials: they run compiled in
+#: every 2D solve under ``jit`` (test_hard_densities.py's and test_jax_jit_host.py's: 20 to 400
+#: Diracs, zero backgrounds, degenerate sets), and their edge cases traced on "strict-static".
+UPDATE_TESTS = ("test_update.py", "test_agreement.py", "test_trials.py", "test_repair.py")
+
+#: The tests not run on a backend, and why.
+SKIPPED_ON = {
+    "jax-jit": (UPDATE_TESTS, "each case compiles for seconds: these kernels run compiled in the 2D solves under "
+                              "jit, their cases traced on strict-static, see conftest.UPDATE_TESTS"),
+    "jax": (KERNEL_TESTS, "eager JAX solves on the host's NumPy core: the kernels run on JAX under jit "
+                          "(jax-jit), see conftest.KERNEL_TESTS"),
+    "strict-device1": (KERNEL_TESTS + INVARIANCES + ("test_solver.py::test_batch_is_a_loop_over_items",),
+                       "strict-device1 checks where the public functions' arrays live, at small sizes: the "
+                       "kernels and these larger solves run on array_api_strict (the same fallbacks on the "
+                       "default device), see conftest.SKIPPED_ON"),
+}
+
+#: The tests that run their first case only on a backend, all of them if None (their other
+#: sizes, densities or flags run on the other backends): "strict-device1" checks where arrays
+#: live, which the case does not change; "jax-jit" compiles each case (seconds to a minute)
+#: while "strict-static" runs every case of :data:`KERNEL_TESTS` on the same traced code
+#: paths without compiling; :data:`ONE_KIND_ON_STRICT` once on the array_api_strict backends.
+FIRST_CASE_ONLY = {"strict-device1": None, "jax-jit": KERNEL_TESTS, "strict-static": ONE_KIND_ON_STRICT,
+                   "array_api_strict": ONE_KIND_ON_STRICT}
+
+
+def _first_case_only(on, name, seen):
+    """Whether the test ``name`` (its id from the module on) repeats, on a backend ``on`` of
+    :data:`FIRST_CASE_ONLY`, a test already collected there with other parameters."""
+    tests = FIRST_CASE_ONLY[on]
+    if tests is not None and not name.startswith(tests):
+        return False
+    key = (name.split("[")[0], on)
+    if key in seen:
+        return True
+    seen.add(key)
+    return False
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark the JAX tests and :data:`SLOW_TESTS` ``slow``; skip :data:`DEVICE1_SKIPPED` on
-    "strict-device1"."""
-    device1 = pytest.mark.skip(reason="strict-device1 checks devices at small sizes: large solves run on "
-                                      "array_api_strict (the same fallbacks), see conftest.DEVICE1_SKIPPED")
+    """Mark :data:`SLOW_MODULES`, :data:`SLOW_TESTS`, the JAX tests and the other backends than
+    :data:`QUICK_BACKENDS` ``slow``; skip the tests of :data:`SKIPPED_ON` and the repeated cases of
+    :data:`FIRST_CASE_ONLY`."""
+    skips = {on: pytest.mark.skip(reason=reason) for on, (_, reason) in SKIPPED_ON.items()}
+    repeated = pytest.mark.skip(reason="one case per test on this backend, see conftest.FIRST_CASE_ONLY")
+    seen = set()
     for item in items:
         name = item.nodeid.split("/")[-1]
-        if "jax" in item.name or "jit" in item.name or name.startswith(SLOW_TESTS):
+        callspec = getattr(item, "callspec", None)
+        on = None if callspec is None else callspec.params.get("backend", callspec.params.get("eager_backend"))
+        if on in SKIPPED_ON and name.startswith(SKIPPED_ON[on][0]):
+            item.add_marker(skips[on])
+        elif on in FIRST_CASE_ONLY and _first_case_only(on, name, seen):
+            item.add_marker(repeated)
+        params = () if callspec is None else callspec.params.values()
+        elsewhere = any(isinstance(p, str) and p in ALL_BACKENDS and p not in QUICK_BACKENDS for p in params)
+        if elsewhere or name.startswith(SLOW_TESTS + SLOW_MODULES) or "jax" in item.name or "jit" in item.name:
             item.add_marker(pytest.mark.slow)
-        if "[strict-device1" in name and name.startswith(DEVICE1_SKIPPED):
-            item.add_marker(device1)

@@ -169,7 +169,7 @@ def _clip_exact(poly, a, b, c):
 
 def bernstein_density(points, coefficients, lo=(0.0, 0.0), hi=(1.0, 1.0)):
     """The density of Bernstein ``coefficients`` (n0, n1, (p+1)^2) on the box at ``points``
-    (m, 2), straight from the definition (SPEC.md): on cell (i, j) of local coordinates
+    (m, 2), straight from the definition (docs/densities.md): on cell (i, j) of local coordinates
     ``t``, ``sum_k c[i, j, k0 (p+1) + k1] B(k0, p, t0) B(k1, p, t1)``."""
     from math import comb
 

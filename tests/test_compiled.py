@@ -128,6 +128,16 @@ def _plan(x, values, compiled_kernels, tol=1e-10):
         return sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(values), tol=tol)
 
 
+def _assert_same_solve(fast, slow, density):
+    """Both routes converged to the same W2^2 (1e-10), barycentres (1e-8) and, on positive
+    densities, in the same Newton steps."""
+    assert bool(fast.converged) and bool(slow.converged)
+    assert float(fast.distance) == pytest.approx(float(slow.distance), rel=1e-10)
+    if density != "zero region":
+        assert int(fast.iterations) == int(slow.iterations)
+    np.testing.assert_allclose(fast.barycenters, slow.barycenters, rtol=0, atol=1e-8)
+
+
 @pytest.mark.parametrize("density", ["uniform", "voxels", "zero region", "duplicates"])
 def test_solves_equal_the_array_route_3d(numpy_driver, density):
     """A whole solve on both routes: W2^2 to 1e-10 relative, the same Newton steps on
@@ -141,11 +151,7 @@ def test_solves_equal_the_array_route_3d(numpy_driver, density):
     if density == "duplicates":
         x[200:220] = x[:20]
     fast, slow = _plan(x, values, True), _plan(x, values, False)
-    assert bool(fast.converged) and bool(slow.converged)
-    assert float(fast.distance) == pytest.approx(float(slow.distance), rel=1e-10)
-    if density != "zero region":
-        assert int(fast.iterations) == int(slow.iterations)
-    np.testing.assert_allclose(fast.barycenters, slow.barycenters, rtol=0, atol=1e-8)
+    _assert_same_solve(fast, slow, density)
 
 
 def test_torch_and_eager_jax_take_the_compiled_route(sdot_driver, monkeypatch):
@@ -278,9 +284,5 @@ def test_solves_equal_the_array_route_2d(numpy_driver, density):
     values = {"uniform": np.ones((1, 1)), "image": 0.2 + np.exp(-r2 / 0.04),
               "zero region": ((r2 > 0.04) & (r2 < 0.16)) * 1.0}[density]
     fast, slow = _plan(x, values, True), _plan(x, values, False)
-    assert bool(fast.converged) and bool(slow.converged)
-    assert float(fast.distance) == pytest.approx(float(slow.distance), rel=1e-10)
-    if density != "zero region":
-        assert int(fast.iterations) == int(slow.iterations)
-    np.testing.assert_allclose(fast.barycenters, slow.barycenters, rtol=0, atol=1e-8)
+    _assert_same_solve(fast, slow, density)
     np.testing.assert_allclose(fast.brenier_potential, slow.brenier_potential, rtol=0, atol=1e-8)

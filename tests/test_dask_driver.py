@@ -30,7 +30,7 @@ def _grid():
 
 def test_numpy_positions_are_solved_on_the_cluster(client, framework):
     rng = np.random.default_rng(3)
-    x, w = rng.random((1000, 2)), rng.random(1000) + 0.5
+    x, w = rng.random((400, 2)), rng.random(400) + 0.5
     framework("numpy")
     want = sdot.optimal_transport_plan(sdot.SumOfWeightedDiracs(x, w), sdot.Grid(_grid()), tol=TOL)
     want_uniform = sdot.barycenters(sdot.SumOfDiracs(x), sdot.Grid(_grid()), tol=TOL)
@@ -39,7 +39,7 @@ def test_numpy_positions_are_solved_on_the_cluster(client, framework):
     assert isinstance(w2, da.Array) and w2.shape == ()
     assert abs(float(w2.compute()) - float(want.distance)) <= 1e-10 * float(want.distance)
     b = sdot.barycenters(sdot.SumOfDiracs(x), sdot.Grid(_grid()), tol=TOL)
-    assert isinstance(b, da.Array) and b.shape == (1000, 2)
+    assert isinstance(b, da.Array) and b.shape == (400, 2)
     np.testing.assert_allclose(b.compute(), want_uniform, atol=1e-9)
 
 

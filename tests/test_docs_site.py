@@ -3,7 +3,7 @@
 The API reference (docs/api.md) is generated from the docstrings by mkdocstrings: the
 build fails if a ``::: sdot.NAME`` directive does not resolve, and every name of
 ``sdot.__all__`` must appear on the built page. Links to repository files outside docs/
-(``../bench/LOG.md``) are only reported at INFO level by mkdocs (mkdocs.yml, ``validation``);
+(``../examples/quantization.py``) are only reported at INFO level by mkdocs (mkdocs.yml, ``validation``);
 this test checks that their targets exist in the repository.
 """
 import ast

@@ -642,8 +642,6 @@ def test_the_next_narrowing_lands_where_the_tail_model_says(slope):
 def test_degenerate_dirac_sets(backend, kind):
     """40 Diracs on a line, on the sides, on a lattice, repeated, against an annulus; under
     ``jax.jit`` the program of :func:`test_zero_background_under_jit` (the same shapes)."""
-    if backend.name == "strict-device1" and kind != "lattice":
-        pytest.skip("the device stand-in: one set (the others run on array_api_strict)")
     eager_backend = backend
     rng = np.random.default_rng(3)
     t = rng.random(40)

@@ -417,7 +417,7 @@ def test_hard_inputs_converge(sdot_driver, far):
     at 1e6 a stall at step 3 on the array kernels' route, whose Qhull leaves points of the
     cluster out of the triangulation: the compiled cells need no triangulation) and a zero mass:
     the solve converges and the cell masses match the Diracs', on NumPy, torch and JAX (the
-    backends with a host; without one, see bench/LOG.md)."""
+    backends with a host)."""
     from conftest import _activate
 
     for name in ("numpy", "torch", "jax"):

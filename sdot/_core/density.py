@@ -127,7 +127,7 @@ class BernsteinDensity(NamedTuple):
     box ``[lo, hi]`` (each of shape (d,)).
 
     ``coefficients`` (n_0, ..., n_{d-1}, (p+1)^d) are the Bernstein coefficients of each grid
-    cell, in C order (SPEC.md, ``PolynomialGrid``): in the cell's coordinates ``t`` in
+    cell, in C order (``docs/densities.md``): in the cell's coordinates ``t`` in
     ``[0, 1]^d``, ``rho = sum_k c[..., k] prod_a B(k_a, p, t_a)``, ``B(k, p, t) = C(p, k) t^k
     (1 - t)^(p - k)``. The cell's mean is the mean of its coefficients.
     """

@@ -1,4 +1,4 @@
-"""Analytic gradients of ``W = W2^2`` at the optimum (SPEC.md, "Gradients").
+"""Analytic gradients of ``W = W2^2`` at the optimum (``docs/gradients.md``).
 
 With masses ``m`` and density ``rho`` of equal total mass, optimal weights
 ``psi`` and ``phi(x) = min_i |x - y_i|^2 - psi_i``:

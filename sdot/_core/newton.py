@@ -12,7 +12,7 @@ was damped (where steps must be damped they stay damped for a while), and at mos
 ``hiding_margin`` times the ``t`` at which a seed is certainly hidden (the geometry's
 ``hiding_step``, from the fans of the current neighbours; at the first step, after a
 damped one and in the continuation): trials beyond it are rejected for an empty cell, and
-each costs a diagram (bench/LOG.md has the measurements behind these rules).
+each costs a diagram.
 
 Exact duplicates are merged (one active representative carries the group's
 mass) and zero-mass Diracs are inactive, so every active cell has a positive

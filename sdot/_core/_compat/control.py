@@ -120,7 +120,7 @@ def slotwise(xp, fn, count, rowwise, slotted, fills, slots=None):
     rows: None for an output per row ``(n, ...)``, a scalar, or an array of the output's
     shape to copy them from. With the fills that ``fn`` writes there, the result is
     ``fn``'s on all rows. It pays: most cells have at most ``narrow`` vertices, and a kernel
-    on the narrow slots takes about half the time of one on all (bench/LOG.md).
+    on the narrow slots takes about half the time of one on all.
     """
     n, cap = slotted[0].shape[:2]
     slots = host_threads.settings().narrow if slots is None else slots

@@ -5,7 +5,7 @@ directly (:class:`_TorchDirect`, :class:`_NumpyDirect`; same results bit for bit
 array_api_compat only adds argument handling to every call (on torch a pass over the indices
 for negative ones, which sdot never takes, dtype promotions, a tensor per Python scalar, a
 cast of ``any``'s result; on NumPy the inspection of each argument, wrappers of the array
-methods). Measurements in bench/LOG.md.
+methods).
 """
 from __future__ import annotations
 

@@ -285,12 +285,11 @@ def power_cells(seeds, psi, active, lo, hi, capacity, previous=None):
     other weights, ``(vertices, labels, count)``."""
     from . import run_rows
 
+    from .cells3d import kernel_inputs
+
     n = seeds.shape[0]
-    c = np.ascontiguousarray
-    seeds, psi, active = c(seeds, dtype=np.float64), c(psi, dtype=np.float64), c(active, dtype=np.bool_)
-    lo, hi = c(lo, dtype=np.float64), c(hi, dtype=np.float64)
+    seeds, psi, active, lo, hi, previous = kernel_inputs(seeds, psi, active, lo, hi, previous)
     if previous is not None:
-        previous = tuple(c(a) for a in previous)
         if previous[1].shape[1] == capacity:
             found = _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows)
             if found is not None:
@@ -308,26 +307,14 @@ def _empty(n, capacity):
 
 
 def _clip(seeds, psi, active, lo, hi, hints, ring, rows, out, run_rows):
-    """:func:`cells_rows` of the seeds ``rows`` into ``out``, in the tree's order (see
-    :func:`.cells3d._clip`)."""
-    from . import tree
-    from .cells3d import _tree_of
+    """:func:`cells_rows` of the seeds ``rows`` into ``out``, in the tree's order
+    (:func:`.cells3d.clip_order`)."""
+    from .cells3d import clip_order
 
     n = seeds.shape[0]
-    hints = np.zeros((n, 0), np.int64) if hints is None else np.ascontiguousarray(hints, dtype=np.int64)
-    perm, start, end, nlo, nhi = _tree_of(seeds, active)
-    rank = np.full(n, n, np.int64)
-    rank[perm] = np.arange(perm.shape[0])
-    rows = np.ascontiguousarray(rows[np.argsort(rank[rows], kind="stable")], dtype=np.int64)
-    points, weights = np.ascontiguousarray(seeds[perm]), np.ascontiguousarray(psi[perm])
-    mine = hints[rows]
-    if ring and np.all(np.any((mine >= 0) & active[np.maximum(mine, 0)], axis=1) | ~active[rows]):
-        g, big = np.zeros((0, 2)), np.zeros(0)
-        start = end = np.zeros(0, np.int64)
-    else:
-        g, big = tree.planes(start, end, points, weights)
+    hints, perm, rank, rows, points, weights, *bounds = clip_order(seeds, psi, active, hints, ring, rows)
     run_rows(lambda first, last: cells_rows(first, last, rows, seeds, psi, active, lo, hi, hints, ring, perm, rank, points,
-                                            weights, start, end, nlo, nhi, g, big, *out, *scratch(n + 1)),
+                                            weights, *bounds, *out, *scratch(n + 1)),
              rows.shape[0])
 
 

@@ -328,13 +328,8 @@ def power_cells(seeds, psi, active, lo, hi, capacity, previous=None):
     from . import run_rows
 
     n = seeds.shape[0]
-    seeds = np.ascontiguousarray(seeds, dtype=np.float64)
-    psi = np.ascontiguousarray(psi, dtype=np.float64)
-    active = np.ascontiguousarray(active, dtype=np.bool_)
-    lo = np.ascontiguousarray(lo, dtype=np.float64)
-    hi = np.ascontiguousarray(hi, dtype=np.float64)
+    seeds, psi, active, lo, hi, previous = kernel_inputs(seeds, psi, active, lo, hi, previous)
     if previous is not None:
-        previous = tuple(np.ascontiguousarray(a) for a in previous)
         if previous[4].shape[1] == capacity:
             found = _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows)
             if found is not None:
@@ -343,6 +338,15 @@ def power_cells(seeds, psi, active, lo, hi, capacity, previous=None):
     out = _empty(n, capacity)
     _clip(seeds, psi, active, lo, hi, hints, False, np.arange(n), out, run_rows)
     return out[:7]
+
+
+def kernel_inputs(seeds, psi, active, lo, hi, previous):
+    """The arguments of ``power_cells`` (2D and 3D) as the kernels read them: contiguous, in
+    float64 (``active`` in bool)."""
+    c = np.ascontiguousarray
+    previous = None if previous is None else tuple(c(a) for a in previous)
+    return (c(seeds, dtype=np.float64), c(psi, dtype=np.float64), c(active, dtype=np.bool_), c(lo, dtype=np.float64),
+            c(hi, dtype=np.float64), previous)
 
 
 def _empty(n, capacity):
@@ -355,12 +359,26 @@ def _empty(n, capacity):
 
 def _clip(seeds, psi, active, lo, hi, hints, ring, rows, out, run_rows):
     """:func:`cells_rows` of the seeds ``rows`` into ``out`` (the tree unless ``ring``), in the
-    order of the tree's leaves (neighbouring cells one after the other: at 1e5 seeds the
-    seeds' order took twice as long, for the caches)."""
-    from . import tree
+    order of the tree's leaves (:func:`clip_order`)."""
     from ..cube import corners_planes_adjacent
 
     n = seeds.shape[0]
+    hints, perm, rank, rows, points, weights, *bounds = clip_order(seeds, psi, active, hints, ring, rows)
+    cube = tuple(np.asarray(a, dtype=t) for a, t in zip(corners_planes_adjacent(), (np.float64, np.int64, np.int64)))
+    run_rows(lambda first, last: cells_rows(first, last, rows, seeds, psi, active, lo, hi, hints, ring, perm, rank, points,
+                                            weights, *bounds, *cube, *out, *scratch(n + 1)),
+             rows.shape[0])
+
+
+def clip_order(seeds, psi, active, hints, ring, rows):
+    """What the clipping kernels of 2D and 3D read: ``(hints, perm, rank, rows, points, weights,
+    start, end, nlo, nhi, g, big)``, the ``rows`` sorted in the order of the tree's leaves
+    (neighbouring cells one after the other: at 1e5 seeds the seeds' order took twice as long,
+    for the caches), the seeds and weights in that order, the tree and its nodes' fitted planes
+    (none when ``ring`` and every cell has hints)."""
+    from . import tree
+
+    n, dim = seeds.shape
     hints = np.zeros((n, 0), np.int64) if hints is None else np.ascontiguousarray(hints, dtype=np.int64)
     perm, start, end, nlo, nhi = _tree_of(seeds, active)
     rank = np.full(n, n, np.int64)
@@ -369,14 +387,11 @@ def _clip(seeds, psi, active, lo, hi, hints, ring, rows, out, run_rows):
     points, weights = np.ascontiguousarray(seeds[perm]), np.ascontiguousarray(psi[perm])
     mine = hints[rows]
     if ring and np.all(np.any((mine >= 0) & active[np.maximum(mine, 0)], axis=1) | ~active[rows]):
-        g, big = np.zeros((0, 3)), np.zeros(0)      # (every cell has hints: no tree)
+        g, big = np.zeros((0, dim)), np.zeros(0)
         start = end = np.zeros(0, np.int64)
     else:
         g, big = tree.planes(start, end, points, weights)
-    cube = tuple(np.asarray(a, dtype=t) for a, t in zip(corners_planes_adjacent(), (np.float64, np.int64, np.int64)))
-    run_rows(lambda first, last: cells_rows(first, last, rows, seeds, psi, active, lo, hi, hints, ring, perm, rank, points,
-                                            weights, start, end, nlo, nhi, g, big, *cube, *out, *scratch(n + 1)),
-             rows.shape[0])
+    return hints, perm, rank, rows, points, weights, start, end, nlo, nhi, g, big
 
 
 _trees = []
