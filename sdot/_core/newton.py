@@ -281,7 +281,7 @@ class _Stage(NamedTuple):
 
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
-          min_step=2.0 ** -30, options=DEFAULT):
+          options=DEFAULT):
     """Damped Newton from :func:`initial_weights`, through the widths of
     :mod:`.continuation` if the start needs them. Returns a :class:`Solution`.
 
@@ -335,7 +335,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
 
         def cond(state):
             t, _, ok, tried, _ = state
-            return ~tried | (~ok & (options.backtrack * t > min_step))
+            return ~tried | (~ok & (options.backtrack * t > options.min_step))
 
         def loop_body(state):
             t = xp.where(state[3], options.backtrack * state[0], state[0])

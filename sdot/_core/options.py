@@ -25,6 +25,9 @@ class DiagramOptions:
     #: Nearest seeds taken as candidates of a diagram without a previous one (without a host;
     #: with one, eagerly, the Delaunay neighbours): 20 was the fastest of 12 to 32 under jit.
     first_candidates: int = 20
+    #: The same in 3D (their cells' radius of security is checked, and failing cells take
+    #: twice as many).
+    first_candidates_3d: int = 32
     #: Share of invalid cells above which an eager update rebuilds the cells from the regular
     #: triangulation: at 1e5 seeds a rebuild costs about as much as reclipping 15% of them.
     rebuild_share: float = 0.15
@@ -80,6 +83,8 @@ class NewtonOptions:
     hiding_on_the_backtracking: tuple = (3,)
     #: Factor of ``t`` after a rejected trial.
     backtrack: float = 0.7
+    #: The shortest trial: a step whose next trial would be shorter takes none.
+    min_step: float = 2.0 ** -30
     #: Relative residual of the linear solves away from the solution (inexact Newton, see
     #: :func:`.newton._linear_rtol`).
     forcing: float = 1e-2

@@ -136,10 +136,12 @@ class TileSet:
     """The tile actors of one solve (``tiles``, in k-d order), their rectangles ``box_lo``,
     ``box_hi`` (normalised coordinates), owned counts ``sizes`` and ``n_aggregates``, and the
     ``checkpoint``: each tile's owned weights after the last accepted Newton step (None
-    before the first). ``rebuilds`` counts the rebuilds after lost workers."""
+    before the first). ``rebuilds`` counts the rebuilds after lost workers. ``diagram``: the
+    tiles' :class:`sdot._core.options.DiagramOptions`."""
 
     def __init__(self, client, positions, masses, total, density, centre, scale, tiles_per_worker,
-                 aggregate_size, first_width):
+                 aggregate_size, first_width, diagram):
+        self.diagram = diagram
         self.client, self.positions, self.masses, self.total = client, positions, masses, total
         self.density, self.centre, self.scale = density, centre, scale
         self.aggregate_size, self.first_width = aggregate_size, first_width
@@ -180,7 +182,8 @@ class TileSet:
             pieces = [client.submit(_piece, s, t, workers=[where[t]], allow_other_workers=True, pure=False)
                       for s in splits]
             futures.append(client.submit(Tile, t, self.box_lo[t], self.box_hi[t], self.centre, self.scale,
-                                         self.density, n, self.aggregate_size, info[where[t]]["nthreads"], *pieces,
+                                         self.density, n, self.aggregate_size, info[where[t]]["nthreads"], self.diagram,
+                                         *pieces,
                                          actor=True, workers=[where[t]], allow_other_workers=True))
         tiles = [f.result() for f in futures]
         sizes = gathered([t.sizes() for t in tiles])

@@ -177,7 +177,7 @@ class _Newton:
                                          lambda ks: _evaluated(tiles, levels, ks, t, again=True),
                                          lambda some: not _accepted(some, self.floor, t, norm))
             ok = _accepted(trial, self.floor, t, norm)
-            if ok or options.backtrack * t <= 2.0 ** -30:
+            if ok or options.backtrack * t <= options.min_step:
                 break
             t *= options.backtrack
         if ok:
@@ -212,7 +212,7 @@ def solve(client, positions, masses, total, density, centre, scale, tol, max_ite
         try:
             if tileset is None:
                 tileset = setup.TileSet(client, positions, masses, total, density, centre, scale, tiles_per_worker,
-                                        aggregate_size, width)
+                                        aggregate_size, width, options.diagram)
                 halos = _Halos(len(tileset.tiles), width)
                 newton = _Newton(halos, tol, max_iter, options, log, clock)
                 clock("tiles")

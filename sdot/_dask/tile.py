@@ -20,7 +20,6 @@ import numpy as np
 
 from .._core import geometry, newton
 from .._core._compat.host_only.threads import host_settings
-from .._core.options import DEFAULT
 from . import dimensions, setup, tiling
 from .tile_system import TileSystem, cells_of, kept
 
@@ -41,15 +40,16 @@ class Tile:
     of the input (raw coordinates, normalised here by ``centre`` and ``scale``, exactly as
     the single-process solve does). ``density``: the normalised density
     (:class:`sdot._core.density.PixelDensity`). ``aggregate_size``: Diracs per aggregate of
-    the coarse space of the preconditioner.
+    the coarse space of the preconditioner. ``diagram``: the
+    :class:`sdot._core.options.DiagramOptions` of its diagrams.
     """
 
-    def __init__(self, index, lo, hi, centre, scale, density, total, aggregate_size, threads, *pieces):
+    def __init__(self, index, lo, hi, centre, scale, density, total, aggregate_size, threads, diagram, *pieces):
         setup.heap_for_temporaries()
         self.dim = lo.shape[0]
         positions = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros((0, self.dim))
         self.index, self.lo, self.hi, self.density, self.total = index, lo, hi, density, total
-        self.threads = threads
+        self.threads, self.diagram = threads, diagram
         self.seeds = (positions - centre) / scale
         self.ids = np.concatenate([p[1] for p in pieces]) if pieces else np.zeros(0, np.int64)
         masses = np.concatenate([p[2] for p in pieces]) if pieces else np.zeros(0)
@@ -159,7 +159,7 @@ class Tile:
         start = _now()
         with host_settings(threads=self.threads):
             ev = newton.evaluate(np, prob, psi, self.local_active, capacity=capacity, previous=previous,
-                                 trial=np.asarray(True) if trial else None, diagram=DEFAULT.diagram)
+                                 trial=np.asarray(True) if trial else None, diagram=self.diagram)
         self._spent("trial" if trial else "diagram", start)
         summary = self._summary(ev, psi, tops, boxes)
         if trial:

@@ -38,9 +38,6 @@ from .kinetic import moved, moved_rows
 from .polyhedra import CAPACITY, Cells, box_cells, clip_by, live_vertices
 from .triangulated import triangulated_cells
 
-#: Nearest seeds that clip a first diagram.
-FIRST_CANDIDATES = 32
-
 
 def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int = CAPACITY,
                 previous=None, stop_if_empty: bool = False, options=DIAGRAM):
@@ -65,7 +62,7 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     if candidates is None and previous is not None:
         candidates = xp.where(previous.labels >= 0, previous.labels, -1)
     if _compat.static_shapes(seeds):
-        fresh = lambda: first_cells(xp, seeds, psi, active, lo, hi, capacity)
+        fresh = lambda: first_cells(xp, seeds, psi, active, lo, hi, capacity, options)
         if candidates is None:
             return fresh()
 
@@ -141,7 +138,7 @@ def _from_candidates(xp, seeds, psi, active, lo, hi, capacity, candidates, previ
         if _compat.host_any(xp, tiles_the_box(xp, cells, lo, hi)):
             return _grown_if_overflowing(xp, cells._replace(certified=xp.asarray(True, device=dev)), seeds, psi, active,
                                          lo, hi, candidates, capacity, previous, stop_if_empty, options)
-    cells = first_cells(xp, seeds, psi, active, lo, hi, capacity)
+    cells = first_cells(xp, seeds, psi, active, lo, hi, capacity, options)
     return _grown_if_overflowing(xp, cells, seeds, psi, active, lo, hi, None, capacity, None, stop_if_empty, options)
 
 
@@ -250,11 +247,14 @@ def _clipped_rows(xp, seeds, psi, active, lo, hi, capacity, rows, candidates):
     return Cells(*parts, xp.asarray(False, device=aac.device(seeds)))
 
 
-def first_cells(xp, seeds, psi, active, lo, hi, capacity: int):
+def first_cells(xp, seeds, psi, active, lo, hi, capacity: int, options=DIAGRAM):
     """Cells without a previous diagram: from the regular triangulation on the host
-    (:func:`regular_cells`), else from the nearest seeds (:func:`nearest_cells`)."""
+    (:func:`regular_cells`), else from the ``options.first_candidates_3d`` nearest seeds
+    (:func:`nearest_cells`)."""
     cells = regular_cells(xp, seeds, psi, active, lo, hi, capacity)
-    return nearest_cells(xp, seeds, psi, active, lo, hi, capacity) if cells is None else cells
+    if cells is None:
+        return nearest_cells(xp, seeds, psi, active, lo, hi, capacity, options.first_candidates_3d)
+    return cells
 
 
 def regular_cells(xp, seeds, psi, active, lo, hi, capacity: int):
@@ -298,7 +298,7 @@ def _grown_if_overflowing(xp, cells, seeds, psi, active, lo, hi, candidates, cap
     return power_cells(xp, seeds, psi, active, lo, hi, candidates, grown, previous, stop_if_empty, options)
 
 
-def nearest_cells(xp, seeds, psi, active, lo, hi, capacity: int, k: int = FIRST_CANDIDATES):
+def nearest_cells(xp, seeds, psi, active, lo, hi, capacity: int, k: int = DIAGRAM.first_candidates_3d):
     """Every cell clipped by its ``k`` nearest seeds; eagerly, the cells outside the radius
     of security again with twice as many, until all are secure (or hold every seed)."""
     n = seeds.shape[0]
