@@ -21,7 +21,7 @@ from ..moments import FAR, about_seeds
 from . import faces, sensitivity
 from .bernstein import (bernstein_axis_second_moments, bernstein_cell_integrals,  # noqa: F401 (re-exported)
                         bernstein_facet_moments, bernstein_polynomial_integrals, bernstein_potential_integrals)
-from .polyhedra import facet_triangles, listed_triangles
+from .polyhedra import CELL_CHUNK, facet_triangles, listed_triangles
 
 
 def cell_integrals(xp, seeds, cells, values, lo, hi):
@@ -152,11 +152,6 @@ def volumes(xp, cells):
         return _compat.blockwise(xp, lambda *rows: _uniform_rows(xp, cells, rows, True), *_rowwise(cells))
     ones = xp.ones((1, 1, 1), dtype=cells.vertices.dtype, device=aac.device(cells.vertices))
     return cell_integrals(xp, None, cells, ones, None, None)[0][:, 0]
-
-
-#: Cells per chunk of :func:`_uniform_rows` (about 80 triangles each): the chunk's
-#: temporaries stay in the CPU caches (whole arrays of 1e5 cells took 3 times as long).
-CELL_CHUNK = 1024
 
 
 def _chunks(cells, rows):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import array_api_compat as aac
 
 from .. import _compat
-from .polyhedra import live_vertices
+from .polyhedra import CELL_CHUNK, live_vertices
 
 
 
@@ -30,10 +30,6 @@ def moved_rows(xp, seeds, psi, lo, hi, cells, rows):
     weights ``psi`` (the ``valid`` of :func:`moved` at those rows)."""
     fields = (xp.take(getattr(cells, f), rows, axis=0) for f in ("vertices", "corners", "adjacent", "size", "labels"))
     return _moved_chunks(xp, seeds, psi, lo, hi, cells, rows, *fields)[1]
-
-
-#: Cells per chunk of the eager :func:`moved`: the temporaries stay in the CPU caches.
-CELL_CHUNK = 1024
 
 
 def _moved_chunks(xp, seeds, psi, lo, hi, cells, rows, *fields):
