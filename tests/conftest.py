@@ -314,8 +314,19 @@ ONE_KIND_ON_STRICT = INVARIANCES + ("test_hard_densities.py::test_degenerate_dir
 #: Diracs, zero backgrounds, degenerate sets), and their edge cases traced on "strict-static".
 UPDATE_TESTS = ("test_update.py", "test_agreement.py", "test_trials.py", "test_repair.py")
 
+#: Solves of batches: a loop over the items on every backend but traced JAX
+#: (``sdot._batched``), run on numpy, torch, JAX and strict-device1; the single solves of the
+#: array_api_strict backends run in the other tests.
+BATCH_LOOPS = ("test_batches_of_targets.py::test_batches_on_both_sides_equal_the_loop",
+               "test_batches_of_targets.py::test_one_side_broadcasts_against_a_batch",
+               "test_batches_of_targets.py::test_batch_of_spline_grids_is_its_items_and_differentiates",
+               "test_solver.py::test_batch_is_a_loop_over_items")
+_BATCH_REASON = "a batch is a loop over single solves: see conftest.BATCH_LOOPS"
+
 #: The tests not run on a backend, and why.
 SKIPPED_ON = {
+    "array_api_strict": (BATCH_LOOPS, _BATCH_REASON),
+    "strict-static": (BATCH_LOOPS, _BATCH_REASON),
     "jax-jit": (UPDATE_TESTS, "each case compiles for seconds: these kernels run compiled in the 2D solves under "
                               "jit, their cases traced on strict-static, see conftest.UPDATE_TESTS"),
     "jax": (KERNEL_TESTS, "eager JAX solves on the host's NumPy core: the kernels run on JAX under jit "

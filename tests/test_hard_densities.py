@@ -716,10 +716,8 @@ def test_translation_changes_nothing(eager_backend, offset):
     assert float(far.distance) == pytest.approx(float(near.distance), rel=1e-12)
 
 
-@pytest.mark.parametrize("scale", [2.0 ** -20, 2.0 ** 20, 1e3])
+@pytest.mark.parametrize("scale", [2.0 ** 20, 2.0 ** -20, 1e3])
 def test_scaling_multiplies_w2_by_the_square(eager_backend, scale):
-    if eager_backend.name in STRICT and scale != 2.0 ** -20:
-        pytest.skip("array_api_strict runs the 2^-20 scale (the same code at every scale)")
     pts = np.random.default_rng(6).random((60, 2))
     img = annulus(16)
     unit = solve(eager_backend, pts, img)
