@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import array_api_compat as aac
 import numpy as np
 
-from . import _autodiff, _batched, _differentiable, _driver, _jax_host
+from . import _autodiff, _batched, _differentiable, _driver, _jax_host, _partial
 from ._core import _compat, newton, plan
 from ._core import geometry
 from ._core.density import grid_density
@@ -52,7 +52,8 @@ class OtPlan(JaxPytree):
     Attributes are arrays of the framework of the inputs (rule 1) or of the
     driver (rule 2): ``distance`` (W2^2), ``barycenters`` ``(n, d)``,
     ``cell_masses`` ``(n,)``, ``brenier_potential`` ``(n,)`` (the Laguerre
-    weights psi, mean 0 over the Diracs of positive mass), ``power_diagram``
+    weights psi, mean 0 over the Diracs of positive mass; in partial transport the radii
+    squared of the balls, no gauge), ``transported_mass`` (the sum of ``cell_masses``), ``power_diagram``
     (a :class:`PowerDiagram` at the optimal weights), and how the solve went:
     ``converged``, ``iterations``, ``residual`` (max absolute cell-mass error) and
     ``status`` (0: converged; 1: ``max_iter`` reached; 2: stalled, no admissible step;
@@ -87,6 +88,13 @@ class OtPlan(JaxPytree):
     status: object
     _linearization: object = field(default=None, repr=False, compare=False)
     _normalisation: object = field(default=None, repr=False, compare=False)
+
+    @property
+    def transported_mass(self):
+        """The mass moved: the sum of ``cell_masses`` (per item for a batch), the source's mass;
+        less than the target's in partial transport."""
+        xp = _driver.namespace(self.cell_masses)
+        return xp.sum(self.cell_masses, axis=-1)
 
     def jvp(self, positions=None, weights=None, values=None, domain=None):
         """NumPy's forward-mode derivative: the tangents of ``distance``, ``barycenters``,
@@ -250,6 +258,12 @@ def _check_range(xp, prob):
 def _problem(source, target):
     """The core problem in the computation namespace and dtype (rule 3), checked (under
     ``torch.func`` transforms, the checks wait for the values: :func:`_solve_per_item`)."""
+    return _checked_problem(source, target)[:2]
+
+
+def _checked_problem(source, target):
+    """:func:`_problem` and whether the transport is partial (a target heavier than the
+    source: :mod:`._partial`)."""
     xp = _driver.namespace(source.positions, target.values)
     dtype = _driver.compute_dtype(xp)
     host = _host_views_of(xp, source, target)
@@ -265,11 +279,11 @@ def _problem(source, target):
         prob = newton.Problem(source.positions, source.masses, grid_density(target.density, *target.domain))
     arrays = (prob.seeds, prob.masses) + tuple(prob.density)
     if any(_driver.is_tracer(a) for a in arrays):
-        return xp, prob                     # values unknown: no mass check under tracing
+        return xp, prob, False              # values unknown: no mass check under tracing
     total_rho = _total_mass(target)
     if not _autodiff.transformed(*arrays, total_rho):
-        _check_values(xp, prob, total_rho)
-    return xp, prob
+        return xp, prob, _check_values(xp, prob, total_rho)
+    return xp, prob, False
 
 
 def _host_views_of(xp, source, target):
@@ -292,14 +306,11 @@ def _total_mass(target):
 
 
 def _check_values(xp, prob, total_rho):
-    """Refuse magnitudes the dtype cannot square and unequal source and target masses."""
+    """Refuse magnitudes the dtype cannot square and a source heavier than the target; whether
+    the transport is partial (the target heavier)."""
     _check_range(xp, prob)
     ops, (masses,) = _driver.checkable(prob.masses)
-    total_m = float(ops.sum(masses))
-    total_rho = float(total_rho)
-    if abs(total_m - total_rho) > 1e-6 * max(abs(total_rho), 1e-300):
-        raise ValueError(f"mass mismatch: the source has mass {total_m}, the target {total_rho}; "
-                         "use the default mass=1 on both, or equal masses")
+    return _partial.is_partial(float(ops.sum(masses)), float(total_rho))
 
 
 _CLOCK = {"start": 0.0}
@@ -435,8 +446,10 @@ def _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orde
     see :func:`_plan`)."""
     spline = target if isinstance(target, SplineGrid) else None     # NumPy's jvp/vjp: its values
     source, target = _check_pair(source, target)
-    xp, prob = _problem(source, target)
+    xp, prob, partial = _checked_problem(source, target)
     tol = default_tolerance() if tol is None else tol
+    if partial:
+        return _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure)
     if _autodiff.transformed(prob.seeds, prob.masses, *prob.density):   # torch.func: per item, checked there
         _check_depth(prob, orders)
         return _solve_per_item(prob, _total_mass(target.astype(prob.seeds.dtype)), tol, max_iter,
@@ -446,6 +459,21 @@ def _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orde
         out._normalisation = _differentiable.Normalisation(source, target, out._linearization, spline)
     if raise_on_failure and not _driver.is_tracer(out.converged) and not bool(out.converged):
         raise OtNotConverged(_failure(out, stop, tol, max_iter, prob, NEWTON_OPTIONS), out)
+    return out
+
+
+def _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure):
+    """The plan of a partial transport (:mod:`._partial`), refused where not solved yet."""
+    _partial.check(prob)
+    with _driver.quiet_int64(), _driver.one_thread(xp):
+        fields, sol, active, host = _partial.plan_of(xp, prob, tol, max_iter, _printer(verbose))
+    diagram = PowerDiagram._from_solution(newton.Problem(prob.seeds, None, host.density), fields["brenier_potential"],
+                                          sol.evaluation.cells, sol.evaluation.moments, active)
+    out = OtPlan(power_diagram=diagram, **fields)
+    if raise_on_failure and not bool(out.converged):
+        raise OtNotConverged(f"partial transport did not converge: {_STATUS[int(out.status)]} after "
+                             f"{int(out.iterations)} Newton steps, max cell-mass error {float(out.residual):.3g} "
+                             f"(tol {tol:.3g}). The partial plan is the exception's .plan (converged=False).", out)
     return out
 
 
@@ -623,8 +651,9 @@ class _ItemSolves(_autodiff.ItemState):
         """The plan's arrays (:data:`_ITEM_ARRAYS`) of one item (plain tensors), solved and kept."""
         xp = _driver.namespace(seeds)
         prob = newton.Problem(seeds, masses, grid_density(values, lo, hi))
-        if total_rho is not None:
-            _check_values(xp, prob, total_rho)
+        if total_rho is not None and _check_values(xp, prob, total_rho):
+            raise NotImplementedError("partial transport (a target heavier than the source) is solved eagerly, "
+                                      "not under torch.func transforms yet")
         with _autodiff.without_autodiff(xp):
             res = plan.solve_plan(xp, prob, self.tol, self.max_iter, log=self.log, options=self.options)
         res.update({k: _autodiff.released(res[k]) for k in _PLAN_ARRAYS + ("distance",)})

@@ -173,6 +173,10 @@ def public_plan(name, source, target, tol, max_iter, verbose, raise_on_failure):
                                   "(the default) for now")
     if not isinstance(target, PolynomialGrid):
         raise NotImplementedError("the dask solve takes one grid, not a batch")
+    total = float(target.integral) if target.mass is None else float(target.mass)
+    if abs(total - 1.0) > 1e-6:
+        raise NotImplementedError(f"the dask solve is balanced: the target has mass {total:.6g}, the source 1 "
+                                  "(partial transport is solved in one process: NumPy, torch or JAX positions)")
     positions = setup.checked(source.positions)
     sol = solve(positions, target, tol=tol, max_iter=max_iter, verbose=verbose, raise_on_failure=raise_on_failure,
                 masses=source._weights)

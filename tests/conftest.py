@@ -324,17 +324,25 @@ BATCH_LOOPS = ("test_batches_of_targets.py::test_batches_on_both_sides_equal_the
 _BATCH_REASON = "a batch is a loop over single solves: see conftest.BATCH_LOOPS"
 
 #: The tests not run on a backend, and why.
+#: Partial transport is solved with data-dependent shapes (eagerly): refused under static
+#: shapes (test_partial.py::test_what_is_not_solved_says_so).
+PARTIAL = ("test_partial.py::test_one_dirac", "test_partial.py::test_the_reference_case")
+_PARTIAL_REASON = "the array-API route of partial transport runs on one Dirac here (13 s for 1000 on array_api_strict)"
+
+#: The tests not run on a backend, and why: ``(prefixes, reason)`` pairs.
 SKIPPED_ON = {
-    "array_api_strict": (BATCH_LOOPS, _BATCH_REASON),
-    "strict-static": (BATCH_LOOPS, _BATCH_REASON),
-    "jax-jit": (UPDATE_TESTS, "each case compiles for seconds: these kernels run compiled in the 2D solves under "
-                              "jit, their cases traced on strict-static, see conftest.UPDATE_TESTS"),
-    "jax": (KERNEL_TESTS, "eager JAX solves on the host's NumPy core: the kernels run on JAX under jit "
-                          "(jax-jit), see conftest.KERNEL_TESTS"),
-    "strict-device1": (KERNEL_TESTS + INVARIANCES + ("test_solver.py::test_batch_is_a_loop_over_items",),
-                       "strict-device1 checks where the public functions' arrays live, at small sizes: the "
-                       "kernels and these larger solves run on array_api_strict (the same fallbacks on the "
-                       "default device), see conftest.SKIPPED_ON"),
+    "array_api_strict": ((BATCH_LOOPS, _BATCH_REASON), (PARTIAL[1:], _PARTIAL_REASON)),
+    "strict-static": ((BATCH_LOOPS, _BATCH_REASON),
+                      (PARTIAL, "partial transport is eager only (data-dependent shapes), see conftest.PARTIAL")),
+    "jax-jit": ((UPDATE_TESTS, "each case compiles for seconds: these kernels run compiled in the 2D solves under "
+                               "jit, their cases traced on strict-static, see conftest.UPDATE_TESTS"),),
+    "jax": ((KERNEL_TESTS, "eager JAX solves on the host's NumPy core: the kernels run on JAX under jit "
+                           "(jax-jit), see conftest.KERNEL_TESTS"),),
+    "strict-device1": ((KERNEL_TESTS + INVARIANCES + ("test_solver.py::test_batch_is_a_loop_over_items",),
+                        "strict-device1 checks where the public functions' arrays live, at small sizes: the "
+                        "kernels and these larger solves run on array_api_strict (the same fallbacks on the "
+                        "default device), see conftest.SKIPPED_ON"),
+                       (PARTIAL[1:], _PARTIAL_REASON)),
 }
 
 #: The tests that run their first case only on a backend, all of them if None (their other
@@ -363,15 +371,15 @@ def pytest_collection_modifyitems(config, items):
     """Mark :data:`SLOW_MODULES`, :data:`SLOW_TESTS`, the JAX tests and the other backends than
     :data:`QUICK_BACKENDS` ``slow``; skip the tests of :data:`SKIPPED_ON` and the repeated cases of
     :data:`FIRST_CASE_ONLY`."""
-    skips = {on: pytest.mark.skip(reason=reason) for on, (_, reason) in SKIPPED_ON.items()}
     repeated = pytest.mark.skip(reason="one case per test on this backend, see conftest.FIRST_CASE_ONLY")
     seen = set()
     for item in items:
         name = item.nodeid.split("/")[-1]
         callspec = getattr(item, "callspec", None)
         on = None if callspec is None else callspec.params.get("backend", callspec.params.get("eager_backend"))
-        if on in SKIPPED_ON and name.startswith(SKIPPED_ON[on][0]):
-            item.add_marker(skips[on])
+        reasons = [reason for prefixes, reason in SKIPPED_ON.get(on, ()) if name.startswith(prefixes)]
+        if reasons:
+            item.add_marker(pytest.mark.skip(reason=reasons[0]))
         elif on in FIRST_CASE_ONLY and _first_case_only(on, name, seen):
             item.add_marker(repeated)
         params = () if callspec is None else callspec.params.values()

@@ -95,6 +95,8 @@ def test_public_functions_take_dask_arrays(client):
     assert np.max(np.abs(bary.compute() - np.asarray(plan.barycenters))) <= 1e-8
     with pytest.raises(NotImplementedError, match="optimal_transport_plan"):
         sdot.optimal_transport_plan(source, grid)
+    with pytest.raises(NotImplementedError, match="partial transport is solved in one process"):
+        sdot.distance(source, sdot.Grid(np.ones((4, 4)), mass=2.0))
 
 
 def test_distances_over_a_dask_batch_solve_each_item_on_the_cluster(client):

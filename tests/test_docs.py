@@ -84,9 +84,10 @@ def test_doc_examples_run(path, tmp_path):
                                   ["laguerre_picture.py", "--out", "laguerre.png"],
                                   ["power_diagram_3d.py", "--n", "30", "--out", "laguerre3d.png"],
                                   ["centroidal.py", "--n", "60", "--iterations", "8"],
-                                  ["smooth_densities.py", "--n", "30", "--steps", "3", "--out", "densities.png"]],
+                                  ["smooth_densities.py", "--n", "30", "--steps", "3", "--out", "densities.png"],
+                                  ["partial_transport.py", "--n", "30", "--out", "partial.png"]],
                          ids=["quickstart", "quantization", "laguerre-picture", "power-diagram-3d", "centroidal",
-                              "smooth-densities"])
+                              "smooth-densities", "partial-transport"])
 def test_examples_run(args, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SDOT_")}
     env.update(MPLBACKEND="Agg", PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
@@ -97,6 +98,9 @@ def test_examples_run(args, tmp_path):
         assert (tmp_path / "laguerre.png").stat().st_size > 10_000
     if args[0] == "power_diagram_3d.py":
         assert (tmp_path / "laguerre3d.png").stat().st_size > 10_000
+    if args[0] == "partial_transport.py":
+        assert (tmp_path / "partial.png").stat().st_size > 10_000
+        assert "transported mass 0.99999999" in proc.stdout or "transported mass 1.0000000" in proc.stdout
     if args[0] == "smooth_densities.py":
         assert (tmp_path / "densities.png").stat().st_size > 10_000
     if args[0] == "centroidal.py":

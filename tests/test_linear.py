@@ -310,7 +310,7 @@ def test_input_errors():
         float(sdot.distance(x, sdot.Grid(np.ones(3)))), rel=1e-14)
     with pytest.raises(NotImplementedError, match="dimension 4"):
         sdot.distance(sdot.SumOfDiracs(np.zeros((2, 4))), sdot.Grid(np.ones((2, 2, 2, 2))))
-    with pytest.raises(ValueError, match="mass mismatch"):
+    with pytest.raises(NotImplementedError, match="heavier than the target"):
         sdot.distance(sdot.SumOfDiracs1d([0.2, 0.6], mass=2.0), sdot.Grid(np.ones(3)))
 
 

@@ -238,6 +238,21 @@ class _Grid:
         """Left side of the piece's pixel, relative to the seed."""
         return self.lo[0] + self.dx * xp.astype(piece.ix, self.sx.dtype) - self.sx
 
+    def antiderivatives(self, xp, piece, tables, flat_density):
+        """``(F_0, F_1, F_2)`` on the piece's pixel as functions of ``u`` (the seed-relative
+        abscissa): ``F_p(u) = int_{X_b}^{x} rho s^p ds`` (``s`` relative to the seed) is
+        ``T_p + c (u^{p+1} - U^{p+1}) / (p + 1)``, see the module docstring."""
+        at_pixel, at_seed = self.table_index(piece)
+        d1, d2, d3 = (xp.take(tables[i, :], at_pixel) - xp.take(tables[i, :], at_seed) for i in range(3))
+        c = xp.where(piece.live, xp.take(flat_density, piece.ix * self.shape[1] + piece.iy), 0.0)
+        sx = self.sx
+        t0, t1 = d1, 0.5 * (d2 - 2.0 * sx * d1)
+        t2 = (d3 - 3.0 * sx * d2 + 3.0 * sx * sx * d1) / 3.0
+        ul = self.u_left(xp, piece)
+        ul2, ul3 = ul * ul, ul * ul * ul
+        return (lambda u: t0 + c * (u - ul), lambda u: t1 + c * (u * u - ul2) * 0.5,
+                lambda u: t2 + c * (u * u * u - ul3) / 3.0, c)
+
 
 def cell_integrals(xp, seeds, cells, density, lo, hi):
     """Per cell ``(mass, M_x, M_y, M_2)`` about the seed ``(n, 4)``, and per edge slot
@@ -351,28 +366,17 @@ def _cell_integrals(xp, seeds, vertices, count, density, tables, lo, hi):
 def _edge_integrals(xp, seeds, e, density, tables, lo, hi):
     """:func:`_cell_integrals` of the edges ``e``."""
     grid = _Grid(xp, seeds, e, density.shape, lo, hi)
-    sx, flat_density = grid.sx, xp.reshape(density, (-1,))
+    flat_density = xp.reshape(density, (-1,))
 
     def visit(piece, acc):
         moments, facet = acc
-        at_pixel, at_seed = grid.table_index(piece)
-        d1, d2, d3 = (xp.take(tables[i, :], at_pixel) - xp.take(tables[i, :], at_seed)
-                      for i in range(3))
-        c = xp.take(flat_density, piece.ix * grid.shape[1] + piece.iy)
-        c = xp.where(piece.live, c, 0.0)
-        f_t0 = d1
-        f_t1 = 0.5 * (d2 - 2.0 * sx * d1)
-        f_t2 = (d3 - 3.0 * sx * d2 + 3.0 * sx * sx * d1) / 3.0
-        u_left = grid.u_left(xp, piece)
+        f_0, f_1, f_2, c = grid.antiderivatives(xp, piece, tables, flat_density)
         p, q = piece.p, piece.q
         half_dv = xp.where(piece.live, 0.5 * (q[:, 1] - p[:, 1]), 0.0)
-        ul3 = u_left * u_left * u_left
         for tau in _GAUSS:
             u = p[:, 0] + tau * (q[:, 0] - p[:, 0])
             v = p[:, 1] + tau * (q[:, 1] - p[:, 1])
-            f0 = (f_t0 + c * (u - u_left)) * half_dv
-            f1 = (f_t1 + c * (u * u - u_left * u_left) * 0.5) * half_dv
-            f2 = (f_t2 + c * (u * u * u - ul3) / 3.0) * half_dv
+            f0, f1, f2 = f_0(u) * half_dv, f_1(u) * half_dv, f_2(u) * half_dv
             moments = (moments[0] + f0, moments[1] + f1, moments[2] + v * f0, moments[3] + f2, moments[4] + v * v * f0)
         dp = q - p
         facet = facet + c * xp.sqrt(dp[:, 0] * dp[:, 0] + dp[:, 1] * dp[:, 1])

@@ -1,0 +1,139 @@
+"""Partial transport (a target heavier than the source) against closed forms, the C++ solver's
+reference value, and capped cells integrated here by clipping polygons (tests/reference.py)."""
+import math
+
+import numpy as np
+import pytest
+
+import sdot
+from sdot._core import planar
+from sdot._core.planar.capped import capped_integrals
+
+from reference import clip_to_disc, laguerre_cell, pixel_integrals
+
+#: ../shared/reference/README.md, case partial-box-2d (the C++ solver, cell masses to 1e-11).
+REF_PARTIAL_BOX = 0.0018434080297508595
+
+
+def partial_box_points():
+    return 0.2 + 0.6 * np.random.default_rng(7005).random((1000, 2))
+
+
+def plan(backend, points, values, mass, **options):
+    return sdot.optimal_transport_plan(sdot.SumOfDiracs(backend.asarray(points)),
+                                       sdot.Grid(backend.asarray(values), mass=mass), **options)
+
+
+def test_one_dirac_takes_the_disc_around_it(eager_backend):
+    """A Dirac of mass 1 in a uniform density of mass 4 takes the disc of area 1/4 about it:
+    W2^2 = 4 pi r^4 / 2 = 1 / (8 pi), psi = r^2 = 1 / (4 pi)."""
+    p = plan(eager_backend, [[0.5, 0.5]], np.ones((1, 1)), 4.0)
+    assert float(p.distance) == pytest.approx(1 / (8 * math.pi), rel=1e-12)
+    assert float(p.brenier_potential[0]) == pytest.approx(1 / (4 * math.pi), rel=1e-12)
+    assert eager_backend.to_numpy(p.barycenters) == pytest.approx(np.array([[0.5, 0.5]]), abs=1e-14)
+    assert float(p.transported_mass) == pytest.approx(1.0, rel=1e-12)
+
+
+def test_the_reference_case(eager_backend):
+    """partial-box-2d: 1000 Diracs of mass 1 against a uniform density of mass 2."""
+    p = plan(eager_backend, partial_box_points(), np.ones((1, 1)), 2.0)
+    assert bool(p.converged)
+    assert float(p.distance) == pytest.approx(REF_PARTIAL_BOX, rel=1e-8)
+    masses = eager_backend.to_numpy(p.cell_masses)
+    assert masses == pytest.approx(np.full(1000, 1e-3), abs=1e-10)
+    assert float(p.transported_mass) == pytest.approx(1.0, rel=1e-9)
+    assert np.all(eager_backend.to_numpy(p.brenier_potential) > 0)
+
+
+def test_a_grid_of_equal_pixels_is_the_uniform_density():
+    points = np.random.default_rng(3).random((200, 2))
+    uniform = plan_np(points, np.ones((1, 1)), 1.5)
+    pixels = plan_np(points, np.ones((13, 7)), 1.5)
+    assert float(pixels.distance) == pytest.approx(float(uniform.distance), rel=1e-10)
+    assert pixels.brenier_potential == pytest.approx(uniform.brenier_potential, rel=1e-8)
+
+
+def plan_np(points, values, mass):
+    return sdot.optimal_transport_plan(sdot.SumOfDiracs(np.asarray(points)), sdot.Grid(np.asarray(values), mass=mass))
+
+
+def test_certified_on_an_image_by_polygons():
+    """The masses of the capped cells at the returned weights, integrated here by clipping
+    polygons to the disc (Richardson-extrapolated), equal the Dirac masses; W2^2 is theirs."""
+    rng = np.random.default_rng(5)
+    points = rng.random((10, 2))
+    img = 0.3 + rng.random((4, 3))
+    p = plan_np(points, img, 2.0)
+    psi = np.asarray(p.brenier_potential)
+    density = img * 2.0 / img.mean()
+    lo, hi = (0.0, 0.0), (1.0, 1.0)
+    mass, second = np.zeros(10), 0.0
+    for i in range(10):
+        cell = laguerre_cell(points, psi, i, lo, hi)
+        coarse = pixel_integrals(clip_to_disc(cell, points[i], math.sqrt(psi[i]), 128), points[i], density, lo, hi)
+        fine = pixel_integrals(clip_to_disc(cell, points[i], math.sqrt(psi[i]), 256), points[i], density, lo, hi)
+        mass[i] = (4 * fine[0] - coarse[0]) / 3
+        second += (4 * fine[1] - coarse[1]) / 3
+    assert mass == pytest.approx(np.full(10, 1 / 10), abs=1e-7)
+    assert float(p.distance) == pytest.approx(second, rel=1e-6)
+
+
+def test_capped_integrals_converge_with_the_polygons():
+    """Against the cells clipped to polygons of 64 and 128 sides: the error falls by about 4
+    (the polygons' rate, ``sides^-2``, up to where the vertices fall on the arcs) and the
+    Richardson extrapolation of the two is twenty times closer at least."""
+    rng = np.random.default_rng(8)
+    seeds = rng.random((12, 2))
+    weights = 0.01 * rng.random(12)
+    psi = 0.005 + 0.02 * rng.random(12)
+    img = 0.5 + rng.random((5, 4))
+    lo, hi = np.zeros(2), np.ones(2)
+    cells = planar.power_cells(np, seeds, weights, np.ones(12, bool), lo, hi)
+    moments, _, _ = capped_integrals(np, seeds, cells, psi, img, lo, hi)
+    errors = []
+    for sides in (64, 128):
+        approx = [pixel_integrals(clip_to_disc(laguerre_cell(seeds, weights, i, lo, hi), seeds[i],
+                                               math.sqrt(psi[i]), sides), seeds[i], img, lo, hi) for i in range(12)]
+        errors.append(np.abs(moments[:, [0, 3]] - np.array(approx)))
+    assert np.all(errors[0] > 1e-8)
+    assert np.all((errors[0] / errors[1] > 3.5) & (errors[0] / errors[1] < 4.5))
+    extrapolated = np.abs((4 * errors[1] - errors[0]) / 3)
+    assert np.all(extrapolated < 0.05 * errors[1]) and np.max(extrapolated) < 2e-7
+
+
+def test_balls_wider_than_the_cells_give_the_laguerre_cells():
+    rng = np.random.default_rng(9)
+    seeds, psi = rng.random((30, 2)), 0.01 * rng.random(30)
+    img = 0.5 + rng.random((7, 9))
+    lo, hi = np.zeros(2), np.ones(2)
+    cells = planar.power_cells(np, seeds, psi, np.ones(30, bool), lo, hi)
+    whole, facet = planar.integrate.cell_integrals(np, seeds, cells, img, lo, hi)
+    capped, capped_facet, arc = capped_integrals(np, seeds, cells, psi + 3.0, img, lo, hi)
+    assert capped == pytest.approx(whole, abs=1e-14)
+    assert capped_facet == pytest.approx(facet, abs=1e-13)
+    assert arc == pytest.approx(np.zeros(30), abs=1e-13)
+
+
+def test_a_target_barely_heavier_tends_to_the_balanced_transport():
+    points = np.random.default_rng(4).random((300, 2))
+    img = 0.2 + np.random.default_rng(6).random((8, 8))
+    balanced = float(sdot.distance(sdot.SumOfDiracs(points), sdot.Grid(img)))
+    near = [float(plan_np(points, img, 1.0 + eps).distance) for eps in (1e-2, 1e-3)]
+    assert near[0] < near[1] < balanced
+    assert balanced - near[1] < 0.2 * (balanced - near[0])
+
+
+def test_what_is_not_solved_says_so():
+    pts = np.random.default_rng(0).random((10, 2))
+    with pytest.raises(NotImplementedError, match="heavier than the target"):
+        sdot.distance(sdot.SumOfDiracs(pts, mass=2.0), sdot.Grid(np.ones((2, 2))))
+    with pytest.raises(NotImplementedError, match="solved in 2D"):
+        sdot.distance(sdot.SumOfDiracs(np.random.default_rng(0).random((10, 3))), sdot.Grid(np.ones((2, 2, 2)), mass=2))
+    with pytest.raises(NotImplementedError, match="solved in 2D"):
+        sdot.distance(sdot.SumOfDiracs1d([0.2, 0.6]), sdot.Grid(np.ones(3), mass=2))
+    with pytest.raises(NotImplementedError, match="one value per cell"):
+        sdot.distance(sdot.SumOfDiracs(pts), sdot.PolynomialGrid(np.ones((2, 2, 4)), mass=2))
+    torch = pytest.importorskip("torch")
+    x = torch.asarray(pts, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="not differentiable yet"):
+        sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(np.ones((2, 2)), mass=2))
