@@ -278,8 +278,10 @@ def _checked_problem(source, target):
         source, target = source.astype(dtype), target.astype(dtype)   # normalise in `dtype`
         prob = newton.Problem(source.positions, source.masses, grid_density(target.density, *target.domain))
     arrays = (prob.seeds, prob.masses) + tuple(prob.density)
-    if any(_driver.is_tracer(a) for a in arrays):
-        return xp, prob, False              # values unknown: no mass check under tracing
+    if any(_driver.is_tracer(a) for a in arrays):   # values unknown: the masses given, if given
+        given = (source.mass, target.mass)
+        known = all(isinstance(m, numbers.Real) for m in given)
+        return xp, prob, known and _partial.is_partial(*map(float, given))
     total_rho = _total_mass(target)
     if not _autodiff.transformed(*arrays, total_rho):
         return xp, prob, _check_values(xp, prob, total_rho)
@@ -464,13 +466,16 @@ def _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orde
 
 def _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure):
     """The plan of a partial transport (:mod:`._partial`), refused where not solved yet."""
-    _partial.check(prob)
     with _driver.quiet_int64(), _driver.one_thread(xp):
         fields, sol, active, host = _partial.plan_of(xp, prob, tol, max_iter, _printer(verbose))
-    diagram = PowerDiagram._from_solution(newton.Problem(prob.seeds, None, host.density), fields["brenier_potential"],
-                                          sol.evaluation.cells, sol.evaluation.moments, active)
+    potential = _autodiff.detach(fields["brenier_potential"])
+    if sol is None:                         # under jax.jit: the cells are computed when asked
+        diagram = PowerDiagram._at_weights(prob.seeds, potential, prob.density)
+    else:
+        diagram = PowerDiagram._from_solution(newton.Problem(_autodiff.detach(prob.seeds), None, host.density),
+                                              potential, sol.evaluation.cells, sol.evaluation.moments, active)
     out = OtPlan(power_diagram=diagram, **fields)
-    if raise_on_failure and not bool(out.converged):
+    if raise_on_failure and not _driver.is_tracer(out.converged) and not bool(out.converged):
         raise OtNotConverged(f"partial transport did not converge: {_STATUS[int(out.status)]} after "
                              f"{int(out.iterations)} Newton steps, max cell-mass error {float(out.residual):.3g} "
                              f"(tol {tol:.3g}). The partial plan is the exception's .plan (converged=False).", out)

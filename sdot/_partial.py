@@ -1,21 +1,34 @@
 """The public route of partial transport: a target heavier than the source (see
 :mod:`._core.partial`).
 
-The solve runs eagerly on the arrays' framework (NumPy and torch through the array API;
-concrete JAX arrays on NumPy views, the results converted back). What it does not solve yet
-is refused before any work by :func:`check`.
+The solve runs eagerly: NumPy and torch through the array API, JAX (concrete arrays, and
+``jax.grad``/``jax.jvp`` outside ``jit``) on NumPy views of the primal values, the results
+converted back; under ``jax.jit`` (on the CPU) in one host callback. ``distance`` is differentiable to first order with respect to the Dirac
+positions, their masses and the pixel values, with the formulas at the optimum (envelope
+theorem on the dual ``sum_i m_i psi_i + int min(min_i |x - y_i|^2 - psi_i, 0) rho``):
+
+    dW/dy_i = 2 m_i (y_i - b_i),   dW/dm_i = psi_i,   dW/drho = min(min_i |x - y_i|^2 - psi_i, 0),
+
+the last integrated over each pixel (:func:`._core.planar.capped.capped_polynomial_integrals`).
+The plan's other arrays are not differentiable yet: a derivative of them raises (torch) or is
+NaN (JAX). What is not
+solved is refused before any work with ``NotImplementedError``.
 """
 from __future__ import annotations
+
+import functools
 
 import array_api_compat as aac
 import numpy as np
 
-from . import _driver
+from . import _autodiff, _driver, _jax_host
 from ._core import _compat, newton, partial, plan
 from ._core.density import PixelDensity
+from ._core.planar.capped import capped_polynomial_integrals
 
 #: Relative difference of total masses below which the transport is balanced.
 BALANCED = 1e-6
+_PLAN_ARRAYS = ("barycenters", "brenier_potential", "cell_masses")
 
 
 def is_partial(total_source, total_target):
@@ -28,22 +41,36 @@ def is_partial(total_source, total_target):
     return total_source < total_target * (1.0 - BALANCED)
 
 
-def check(prob):
-    """Raise ``NotImplementedError`` for the partial transport not solved yet (see
-    :func:`._core.partial.check_supported`), including differentiated inputs."""
-    arrays = (prob.seeds, prob.masses) + tuple(prob.density)
-    differentiated = any(_driver.is_tracer(a) or bool(getattr(a, "requires_grad", False)) for a in arrays)
+def _host_problem(xp, prob):
+    """The problem cut from autodiff, on NumPy views for JAX (None under ``jax.jit``)."""
+    cut = newton.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
+                         type(prob.density)(*(_autodiff.detach(a) for a in prob.density)))
+    if not aac.is_jax_namespace(xp):
+        return cut
+    views = _driver.host_views(cut.seeds, cut.masses, *cut.density)
+    return None if views is None else newton.Problem(views[0], views[1], type(prob.density)(*views[2:]))
+
+
+def check(xp, prob, tol, max_iter):
+    """The problem to solve (see :func:`_host_problem`; None: traced JAX, solved in a host
+    callback), or ``NotImplementedError`` for the partial transport not solved yet (see
+    :func:`._core.partial.check_supported`)."""
     partial.check_supported(prob.seeds.shape[1], isinstance(prob.density, PixelDensity))
-    if _compat.static_shapes(prob.seeds):
-        raise NotImplementedError("partial transport is solved eagerly, with data-dependent shapes: not under "
-                                  "jax.jit with jit_route='compiled' or on a static-shape namespace yet")
-    if differentiated:
-        raise NotImplementedError("partial transport is not differentiable yet: solve it on arrays outside "
-                                  "autodiff (torch.no_grad() or detached tensors; outside jax.grad/jit)")
+    host = _host_problem(xp, prob)
+    if host is None:
+        cut = newton.Problem(*(_autodiff.detach(a) for a in (prob.seeds, prob.masses)), prob.density)
+        if not _jax_host.takes(xp, cut) or _driver.is_tracer(tol) or _driver.is_tracer(max_iter):
+            raise NotImplementedError("partial transport under jax.jit runs in a host callback on the CPU "
+                                      "(jit_route='callback', the default), with tol and max_iter static")
+    elif _compat.static_shapes(host.seeds):
+        raise NotImplementedError("partial transport is solved with data-dependent shapes: not on a static-shape "
+                                  "namespace yet")
+    return host
 
 
 def solve_arrays(xp, prob, tol, max_iter, log=None):
-    """The plan's arrays (a dict, see :class:`sdot.OtPlan`) and the solution, in ``prob``'s units."""
+    """The plan's arrays (a dict, see :class:`sdot.OtPlan`), the solution and the active
+    Diracs, in ``prob``'s units."""
     rep, active, targets = newton.group_duplicates(xp, prob.seeds, prob.masses)
     unit, scale = plan.normalised(xp, prob)
     sol = partial.solve(xp, unit, tol, max_iter, active, targets, log=log)
@@ -56,14 +83,89 @@ def solve_arrays(xp, prob, tol, max_iter, log=None):
                 status=sol.status), sol, active
 
 
+def _pixel_gradients(xp, host, sol, active):
+    """``dW/drho`` per pixel: ``int_pixel min(min_i |x - y_i|^2 - psi_i, 0)``."""
+    zero = xp.zeros_like(sol.psi)
+    live = xp.where(active, 1.0, 0.0)
+    coefficients = xp.stack([-sol.psi * live, zero, zero, live], axis=1)
+    return capped_polynomial_integrals(xp, host.seeds, sol.evaluation.cells, xp.where(active, sol.psi, 0.0),
+                                       coefficients, host.lo, host.hi, tuple(host.density.values.shape))
+
+
 def plan_of(xp, prob, tol, max_iter, log):
-    """``(fields, solution, active, host problem)`` of the partial plan of ``prob``: on NumPy
-    views for JAX arrays (converted back), else in ``xp``."""
-    if not aac.is_jax_namespace(xp):
-        out, sol, active = solve_arrays(xp, prob, tol, max_iter, log)
-        return out, sol, active, prob
-    views = _driver.host_views(prob.seeds, prob.masses, *prob.density)
-    host = newton.Problem(views[0], views[1], type(prob.density)(*views[2:]))
-    out, sol, active = solve_arrays(_compat.namespace(host.seeds), host, tol, max_iter, log)
-    like = prob.seeds
-    return {k: _driver.convert_like(np.asarray(v), like) for k, v in out.items()}, sol, active, host
+    """``(fields, solution, active, host problem)`` of the partial plan of ``prob``: its arrays
+    in ``prob``'s framework, ``distance`` differentiable (see the module docstring); traced JAX
+    (``jax.jit``): ``(fields, None, None, None)``, solved in one host callback."""
+    host = check(xp, prob, tol, max_iter)
+    inputs = (prob.seeds, prob.masses, prob.density.values, prob.lo, prob.hi)
+    if host is None:
+        fields, state = _traced_fields(prob, tol, max_iter)
+        sol = active = None
+    else:
+        hxp = _compat.namespace(host.seeds)
+        out, sol, active = solve_arrays(hxp, host, tol, max_iter, log)
+        like = _autodiff.detach(prob.seeds)
+        back = (lambda a: _driver.convert_like(np.asarray(a), like)) if hxp is not xp else (lambda a: a)
+        fields = {k: back(v) for k, v in out.items()}
+        state = None
+        if any(_is_recorded(a) for a in inputs):
+            pixels = _pixel_gradients(hxp, host, sol, active) if _is_recorded(prob.density.values) else None
+            state = (back(_seeds_gradient(out, host)), back(out["brenier_potential"]))
+            state += () if pixels is None else (back(pixels),)
+    if state is not None:
+        fields["distance"] = _autodiff.attach(fields["distance"], inputs, state, _distance_gradients)
+        for k in _PLAN_ARRAYS:
+            fields[k] = _autodiff.not_differentiable(fields[k], inputs, f"the partial plan's {k}")
+    return fields, sol, active, host
+
+
+def _seeds_gradient(out, host):
+    """``2 m_i (y_i - b_i)`` (the cell masses are the Dirac masses)."""
+    return 2.0 * out["cell_masses"][:, None] * (host.seeds - out["barycenters"])
+
+
+_TRACED = ("distance", "barycenters", "brenier_potential", "cell_masses", "residual", "converged", "iterations",
+           "status")
+
+
+def _traced_fields(prob, tol, max_iter):
+    """The fields and the gradients' state of a traced JAX problem, from one host callback;
+    ``distance`` is NaN where the solve did not converge (nothing can be raised under jit)."""
+    import jax.numpy as jnp
+
+    n, d = prob.seeds.shape
+    real = np.dtype(prob.seeds.dtype)
+    integer = np.dtype(jnp.asarray(0).dtype)
+    shapes = (((), real), ((n, d), real), ((n,), real), ((n,), real), ((), real), ((), np.dtype(bool)),
+              ((), integer), ((), integer), ((n, d), real), (tuple(prob.density.values.shape), real))
+    arrays = [_autodiff.detach(a) for a in (prob.seeds, prob.masses, prob.density.values, prob.lo, prob.hi)]
+    results = _jax_host._callback(functools.partial(_on_host, float(tol), int(max_iter)), shapes, *arrays)
+    fields = dict(zip(_TRACED, results[:8]))
+    fields["distance"] = jnp.where(fields["converged"], fields["distance"], jnp.nan)
+    return fields, (results[8], fields["brenier_potential"], results[9])
+
+
+def _on_host(tol, max_iter, seeds, masses, values, lo, hi):
+    """The host side of :func:`_traced_fields` (NumPy in and out)."""
+    host = newton.Problem(seeds, masses, PixelDensity(values, lo, hi))
+    with _driver.quiet_int64():
+        out, sol, active = solve_arrays(np, host, tol, max_iter)
+        pixels = _pixel_gradients(np, host, sol, active)
+    return tuple(out[k] for k in _TRACED) + (_seeds_gradient(out, host), pixels)
+
+
+def _is_recorded(x):
+    return _driver.is_tracer(x) or bool(getattr(x, "requires_grad", False))
+
+
+def _distance_gradients(inputs, state, needs):
+    """``dW/d(seeds, masses, values, lo, hi)`` of partial transport from the precomputed
+    ``state`` (see :func:`plan_of`); first order only."""
+    if needs[3] or needs[4]:
+        raise NotImplementedError("the derivative of partial transport's W2^2 with respect to the grid's domain "
+                                  "is not implemented yet")
+    if needs[2] and len(state) < 3:      # pragma: no cover (the values are recorded whenever they need one)
+        raise NotImplementedError("partial transport: the grid values were not recorded at the solve")
+    what = "partial transport's W2^2 gradient"
+    grads = [state[k] if needs[k] else None for k in range(3)] + [None, None]
+    return tuple(None if g is None else _autodiff.first_order(g, inputs, what) for g in grads)

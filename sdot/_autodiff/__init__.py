@@ -167,3 +167,15 @@ def first_order(value, inputs, what):
 
         return first_order_jax(value, inputs, what)
     return value
+
+
+def not_differentiable(value, inputs, what):
+    """``value`` whose derivative with respect to ``inputs`` is not implemented: torch raises
+    ``NotImplementedError`` naming ``what`` when it is differentiated (:func:`first_order`);
+    JAX, which differentiates every output of a function, used or not, gets NaN tangents
+    rather than a silent zero."""
+    if aac.is_jax_array(value):
+        from ._jax import _nan_if_differentiated
+
+        return value + _nan_if_differentiated(value * 0, tuple(inputs))
+    return first_order(value, inputs, what)

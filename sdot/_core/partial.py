@@ -27,11 +27,10 @@ from .newton import CONVERGED, MAX_ITERATIONS, STALLED, Evaluation, Solution
 from .newton_matrix import _facet_entries
 from .options import DEFAULT
 from .planar.capped import capped_integrals
-from .planar.polygons import box_cells
 
-#: Bisections of the starting radii.
+#: Bisections of the starting radius.
 START_BISECTIONS = 30
-#: The share of its target that each ball alone holds at the start.
+#: The share of its target that each capped cell holds at the start, where it can.
 START_SHARE = 0.5
 
 
@@ -65,30 +64,31 @@ def _direction(xp, prob, ev, arc, psi, active, rhs, solver):
 
 
 def initial_weights(xp, prob, active, targets):
-    """Balls of area ``m_i / mean density`` if each capped cell then holds mass; else (zero
-    regions, Diracs far from the support) each ball alone in the box holding
-    :data:`START_SHARE` of its target (a bisection on every radius at once), if each capped
-    cell then holds mass."""
-    mean = float(xp.sum(prob.density.values)) / math.prod(prob.density.values.shape)
-    psi = xp.where(active, targets / (math.pi * max(mean, 1e-300)), 0.0)
-    ev, arc = evaluate(xp, prob, psi, active)
-    if not bool(xp.any(active & (ev.moments[:, 0] <= 0))):
-        return psi, ev, arc
-    alone = box_cells(xp, prob.seeds, prob.lo, prob.hi, active, 4)
-    low = xp.zeros_like(psi)
-    high = xp.full_like(psi, 2.0 * float(xp.sum((prob.hi - prob.lo) ** 2)))    # the box from anywhere in it
-    high = high + xp.max(xp.sum(xp.maximum(prob.lo - prob.seeds, prob.seeds - prob.hi) ** 2, axis=1))
+    """Equal weights ``psi_i = c``: the Voronoi cells cut by balls of one radius, each of
+    which holds mass wherever the density is positive about its Dirac. ``c`` is the smallest
+    at which every capped cell holds :data:`START_SHARE` of its target (a bisection: the cells
+    do not change with ``c``), or of its Voronoi cell's mass if that is less.
+    A Voronoi cell without mass (Diracs far from the support) raises ``NotImplementedError``."""
+    cells = geometry.of_seeds(prob.seeds).power_cells(xp, prob.seeds, xp.zeros_like(targets), active,
+                                                      prob.lo, prob.hi)
+    k = xp.arange(cells.vertices.shape[1], device=aac.device(targets))[None, :]
+    reach = xp.where(k < cells.count[:, None], xp.sum(cells.vertices * cells.vertices, axis=2), 0.0)
+    at = lambda c: capped_integrals(xp, prob.seeds, cells, xp.where(active, c * xp.ones_like(targets), 0.0),  # noqa: E731
+                                    prob.density.values, prob.lo, prob.hi)
+    low, high = 0.0, 1.01 * float(xp.max(reach))
+    moments, facet, arc = at(high)
+    if bool(xp.any(active & (moments[:, 0] <= 0))):
+        raise NotImplementedError("partial transport: some Diracs' Voronoi cells hold no mass of the target (Diracs "
+                                  "far from its support, or zero regions between them): not solved yet")
+    goal = START_SHARE * xp.minimum(targets, moments[:, 0])
     for _ in range(START_BISECTIONS):
         mid = 0.5 * (low + high)
-        mass = capped_integrals(xp, prob.seeds, alone, mid, prob.density.values, prob.lo, prob.hi)[0][:, 0]
-        enough = mass >= START_SHARE * targets
-        low, high = xp.where(enough, low, mid), xp.where(enough, mid, high)
-    psi = xp.where(active, high, 0.0)
-    ev, arc = evaluate(xp, prob, psi, active)
-    if bool(xp.any(active & (ev.moments[:, 0] <= 0))):
-        raise NotImplementedError("partial transport: no start found where every Dirac takes mass (Diracs far "
-                                  "from the support of the target, or in its zero regions, are not solved yet)")
-    return psi, ev, arc
+        if bool(xp.all(xp.where(active, at(mid)[0][:, 0] >= goal, True))):
+            high = mid
+        else:
+            low = mid
+    moments, facet, arc = at(high)
+    return xp.where(active, high * xp.ones_like(targets), 0.0), Evaluation(cells, moments, facet), arc
 
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, options=None):

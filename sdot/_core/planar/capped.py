@@ -27,6 +27,7 @@ import array_api_compat as aac
 from .. import _compat
 from .bernstein import gauss_legendre
 from .integrate import _Edges, _edge_integrals, _Grid, Piece, prefix_tables
+from .sensitivity import _to_pixels, contour_parts, edge_polynomial_parts
 
 #: Gauss-Legendre nodes per arc piece (a quarter turn at most).
 ARC_NODES = 12
@@ -40,7 +41,53 @@ def capped_integrals(xp, seeds, cells, psi, density, lo, hi):
     (``(1, 1)``: uniform) on the box ``[lo, hi]``; ``B_i`` is ``|x - y_i|^2 <= psi_i`` (empty
     where ``psi_i <= 0``). Eager."""
     tables = xp.reshape(prefix_tables(xp, density, lo, hi), (3, -1))
-    edges = _Edges(xp, seeds, cells.vertices, cells.count, lo, hi, density.shape)
+    inner, arcs = _boundary(xp, seeds, cells, psi, lo, hi, density.shape)
+    moments, facet = None, None
+    for e in inner.groups(xp):
+        m, f = _edge_integrals(xp, seeds, e, density, tables, lo, hi)
+        moments, facet = (m, f) if moments is None else (moments + m, facet + f)
+    n = seeds.shape[0]
+    arc = xp.zeros((n,), dtype=seeds.dtype, device=aac.device(seeds))
+    if arcs is not None:
+        grid, piece, nodes, length, r = arcs
+        f_0, f_1, f_2, c = grid.antiderivatives(xp, piece, tables, xp.reshape(density, (-1,)))
+        sums = [0.0] * 5
+        for u, v, dv in nodes:
+            f0 = f_0(u) * dv
+            sums = [sums[0] + f0, sums[1] + f_1(u) * dv, sums[2] + v * f0, sums[3] + f_2(u) * dv, sums[4] + v * v * f0]
+        cell = grid.cell
+        moments = moments + xp.stack([_compat.segment_sum(xp, t, cell, n) for t in sums], axis=1)
+        arc = _compat.segment_sum(xp, c * r * length, cell, n)
+    return xp.concat([moments[:, :3], moments[:, 3:4] + moments[:, 4:]], axis=1), facet, arc
+
+
+def capped_polynomial_integrals(xp, seeds, cells, psi, coefficients, lo, hi, shape):
+    """Per pixel ``p``, ``sum_i int_{L_i & B_i & p} (a_i + b_i . u + c_i |u|^2) dx`` (``u = x -
+    y_i``, ``coefficients`` (n, 4)), shape ``shape``: the transpose of the map from the pixel
+    values to the moments of :func:`capped_integrals` (as
+    :func:`.sensitivity.polynomial_integrals` for whole cells). Eager."""
+    nx, ny = shape
+    dev = aac.device(seeds)
+    acc = ((xp.zeros((ny * (nx + 1),), dtype=seeds.dtype, device=dev),) * 3,
+           xp.zeros((nx * ny,), dtype=seeds.dtype, device=dev))
+    inner, arcs = _boundary(xp, seeds, cells, psi, lo, hi, shape)
+    for e in inner.groups(xp):
+        acc = edge_polynomial_parts(xp, seeds, e, coefficients, lo, hi, shape, acc)
+    if arcs is not None:
+        grid, piece, nodes, _, _ = arcs
+        taken = tuple(xp.take(coefficients[:, m], grid.cell) for m in range(4))
+        acc = contour_parts(xp, grid, piece, nodes, taken, shape, acc)
+    g_tables, g_pixels = acc
+    return _to_pixels(xp, xp.stack(g_tables, axis=-1), g_pixels, lo, hi, shape)
+
+
+def _boundary(xp, seeds, cells, psi, lo, hi, shape):
+    """The boundary of the capped cells: the parts of the edges inside the balls (an
+    :class:`.integrate._Edges`) and the pieces of the arcs, ``(grid, piece, nodes, length, r)``
+    (None if there is none): per piece its :class:`.integrate._Grid` (``grid.cell``: its cell)
+    and pixel, the quadrature ``nodes`` ``(u, v, dv)`` of its contour integrals, its signed
+    angle and its radius."""
+    edges = _Edges(xp, seeds, cells.vertices, cells.count, lo, hi, shape)
     radius = xp.sqrt(xp.maximum(psi, 0.0))
     low, high = -edges.origin, (hi - lo) - edges.origin      # the box about each seed (origin: seed - lo)
     a = xp.minimum(xp.maximum(edges.a, low), high)
@@ -48,14 +95,7 @@ def capped_integrals(xp, seeds, cells, psi, density, lo, hi):
     s1, s2 = _inside(xp, a, b, xp.take(radius, edges.cell))
     d = b - a
     p1, p2 = a + s1[:, None] * d, a + s2[:, None] * d
-    inner = _clipped(xp, edges, p1, p2)
-    moments, facet = None, None
-    for e in inner.groups(xp):
-        m, f = _edge_integrals(xp, seeds, e, density, tables, lo, hi)
-        moments, facet = (m, f) if moments is None else (moments + m, facet + f)
-    arc_moments, arc = _arc_integrals(xp, seeds, edges, (a, p1), (p2, b), radius, density, tables, lo, hi)
-    moments = moments + arc_moments
-    return xp.concat([moments[:, :3], moments[:, 3:4] + moments[:, 4:]], axis=1), facet, arc
+    return _clipped(xp, edges, p1, p2), _arcs(xp, seeds, edges, (a, p1), (p2, b), radius, lo, hi, shape)
 
 
 def _inside(xp, a, b, radius):
@@ -84,10 +124,9 @@ def _clipped(xp, edges, p, q):
     return sub
 
 
-def _arc_integrals(xp, seeds, edges, first, second, radius, density, tables, lo, hi):
-    """The moments (n, 5) of the contour integrals along the arcs from the direction of
-    ``first[0]`` to that of ``first[1]`` and of ``second`` (per edge), and the density along
-    them (n,)."""
+def _arcs(xp, seeds, edges, first, second, radius, lo, hi, shape):
+    """The pieces of the arcs from the direction of ``first[0]`` to that of ``first[1]`` and of
+    ``second`` (per edge): see :func:`_boundary`."""
     dev = aac.device(seeds)
     start = xp.concat([first[0], second[0]], axis=0)
     end = xp.concat([first[1], second[1]], axis=0)
@@ -97,34 +136,28 @@ def _arc_integrals(xp, seeds, edges, first, second, radius, density, tables, lo,
     sweep = xp.atan2(start[:, 0] * end[:, 1] - start[:, 1] * end[:, 0], xp.sum(start * end, axis=1))
     r = xp.take(radius, cell)
     keep = xp.nonzero(valid & (sweep != 0.0) & (r > 0.0))[0]
-    n = edges.n
-    zeros = xp.zeros((n, 5), dtype=seeds.dtype, device=dev), xp.zeros((n,), dtype=seeds.dtype, device=dev)
     if keep.shape[0] == 0:
-        return zeros
+        return None
     cell, r = xp.take(cell, keep), xp.take(r, keep)
     theta, sweep = xp.take(theta, keep), xp.take(sweep, keep)
     owner, alpha, beta = _arc_pieces(xp, seeds, cell, r, xp.minimum(theta, theta + sweep),
-                                     xp.maximum(theta, theta + sweep), density.shape, lo, hi)
+                                     xp.maximum(theta, theta + sweep), shape, lo, hi)
     cell, r, sign = xp.take(cell, owner), xp.take(r, owner), xp.sign(xp.take(sweep, owner))
-    centre = xp.take(seeds, cell, axis=0)
     mid = 0.5 * (alpha + beta)
-    at = (centre - lo + r[:, None] * xp.stack([xp.cos(mid), xp.sin(mid)], axis=1)) * edges.scale
+    at = (xp.take(seeds, cell, axis=0) - lo + r[:, None] * xp.stack([xp.cos(mid), xp.sin(mid)], axis=1)) * edges.scale
     pix = xp.astype(xp.floor(xp.maximum(at, 0.0)), xp.int64)
-    ix = xp.minimum(pix[:, 0], density.shape[0] - 1)
-    iy = xp.minimum(pix[:, 1], density.shape[1] - 1)
+    ix = xp.minimum(pix[:, 0], shape[0] - 1)
+    iy = xp.minimum(pix[:, 1], shape[1] - 1)
     piece = Piece(None, None, ix, iy, xp.ones(ix.shape, dtype=xp.bool, device=dev))
-    grid = _Grid(xp, seeds, types.SimpleNamespace(cell=cell), density.shape, lo, hi)
-    f_0, f_1, f_2, c = grid.antiderivatives(xp, piece, tables, xp.reshape(density, (-1,)))
+    grid = _Grid(xp, seeds, types.SimpleNamespace(cell=cell), shape, lo, hi)
+    grid.cell = cell
     length = (beta - alpha) * sign
-    sums = [xp.zeros(alpha.shape, dtype=alpha.dtype, device=dev) for _ in range(5)]
+    nodes = []
     for tau, w in zip(_TAU, _W):
         t = alpha + tau * (beta - alpha)
         u, v = r * xp.cos(t), r * xp.sin(t)
-        dv = w * length * u                     # R cos t dt
-        f0 = f_0(u) * dv
-        sums = [sums[0] + f0, sums[1] + f_1(u) * dv, sums[2] + v * f0, sums[3] + f_2(u) * dv, sums[4] + v * v * f0]
-    moments = xp.stack([_compat.segment_sum(xp, s, cell, n) for s in sums], axis=1)
-    return moments, _compat.segment_sum(xp, c * r * length, cell, n)
+        nodes.append((u, v, w * length * u))            # dv = R cos t dt
+    return grid, piece, nodes, length, r
 
 
 def _arc_pieces(xp, seeds, cell, r, low, high, shape, lo, hi):

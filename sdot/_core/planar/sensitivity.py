@@ -219,42 +219,58 @@ def _polynomial_parts(xp, seeds, vertices, count, coefficients, lo, hi, shape):
     and to the pixel values read directly ``(1, n_x n_y)``, of the cells ``(vertices, count)``."""
     nx, ny = shape
     dev = aac.device(seeds)
-    size = ny * (nx + 1)
-    g_tables = (xp.zeros((size,), dtype=seeds.dtype, device=dev),) * 3
-    g_pixels = xp.zeros((nx * ny,), dtype=seeds.dtype, device=dev)
+    acc = ((xp.zeros((ny * (nx + 1),), dtype=seeds.dtype, device=dev),) * 3,
+           xp.zeros((nx * ny,), dtype=seeds.dtype, device=dev))
     edges = _Edges(xp, seeds, vertices, count, lo, hi, shape)
     for e in edges.groups(xp):
-        grid = _Grid(xp, seeds, e, shape, lo, hi)
-        sx = grid.sx
-        a, bx, by, cc = (xp.take(coefficients[:, m], e.cell) for m in range(4))
-        half_bx, third_c = 0.5 * bx, cc / 3.0
-
-        def visit(piece, acc):
-            g_tables, g_pixels = acc
-            ul = grid.u_left(xp, piece)
-            px, py = piece.p[:, 0], piece.p[:, 1]
-            dx, dy = piece.q[:, 0] - px, piece.q[:, 1] - py
-            h = xp.where(piece.live, 0.5 * dy, 0.0)
-            ul2 = ul * ul
-            ul3 = ul2 * ul
-            w0, direct = 0.0, 0.0
-            for tau in _GAUSS:
-                u, v = px + tau * dx, py + tau * dy
-                g = a + v * (by + cc * v)
-                uu = u * u
-                w0 = w0 + g
-                direct = direct + g * (u - ul) + half_bx * (uu - ul2) + third_c * (uu * u - ul3)
-            w0, w1, w2 = w0 * h, 2.0 * h * bx, 2.0 * h * cc
-            # F_0 = d_1, F_1 = d_2 / 2 - s d_1, F_2 = d_3 / 3 - s d_2 + s^2 d_1, d_m = A_m(pixel) - A_m(seed's column)
-            coef = (w0 - sx * (w1 - sx * w2), 0.5 * w1 - sx * w2, w2 / 3.0)
-            index = xp.concat(grid.table_index(piece))          # at the pixel (+), at the seed's column (-)
-            g_tables = tuple(table + _compat.segment_sum(xp, xp.concat([t, -t]), index, size)
-                             for table, t in zip(g_tables, coef))
-            g_pixels = g_pixels + _compat.segment_sum(xp, direct * h, piece.ix * ny + piece.iy, nx * ny)
-            return g_tables, g_pixels
-
-        g_tables, g_pixels = _visit_pieces(xp, e, shape, visit, (g_tables, g_pixels))
+        acc = edge_polynomial_parts(xp, seeds, e, coefficients, lo, hi, shape, acc)
+    g_tables, g_pixels = acc
     return xp.stack(g_tables, axis=-1)[None, ...], g_pixels[None, :]
+
+
+def edge_polynomial_parts(xp, seeds, e, coefficients, lo, hi, shape, acc):
+    """``acc`` (the derivatives with respect to the prefix tables and to the pixel values,
+    see :func:`_polynomial_parts`) plus those of the contour integrals along the edges ``e``."""
+    grid = _Grid(xp, seeds, e, shape, lo, hi)
+    coefficients = tuple(xp.take(coefficients[:, m], e.cell) for m in range(4))
+
+    def visit(piece, acc):
+        px, py = piece.p[:, 0], piece.p[:, 1]
+        dx, dy = piece.q[:, 0] - px, piece.q[:, 1] - py
+        h = xp.where(piece.live, 0.5 * dy, 0.0)
+        nodes = [(px + tau * dx, py + tau * dy, h) for tau in _GAUSS]
+        return contour_parts(xp, grid, piece, nodes, coefficients, shape, acc)
+
+    return _visit_pieces(xp, e, shape, visit, acc)
+
+
+def contour_parts(xp, grid, piece, nodes, coefficients, shape, acc):
+    """``acc`` plus the derivatives of ``sum oint (a + b . u + c |u|^2)`` along the ``piece``
+    (in one pixel), by the quadrature ``nodes``: ``(u, v, dv)`` (the seed-relative point and
+    the weight times ``dv``) of the contour integrals of :mod:`.integrate`."""
+    g_tables, g_pixels = acc
+    nx, ny = shape
+    a, bx, by, cc = coefficients
+    half_bx, third_c = 0.5 * bx, cc / 3.0
+    ul = grid.u_left(xp, piece)
+    ul2 = ul * ul
+    ul3 = ul2 * ul
+    w0, weight, direct = 0.0, 0.0, 0.0
+    for u, v, dv in nodes:
+        g = (a + v * (by + cc * v)) * dv
+        uu = u * u
+        w0, weight = w0 + g, weight + dv
+        direct = direct + g * (u - ul) + dv * (half_bx * (uu - ul2) + third_c * (uu * u - ul3))
+    w1, w2 = weight * bx, weight * cc
+    sx = grid.sx
+    # F_0 = d_1, F_1 = d_2 / 2 - s d_1, F_2 = d_3 / 3 - s d_2 + s^2 d_1, d_m = A_m(pixel) - A_m(seed's column)
+    coef = (w0 - sx * (w1 - sx * w2), 0.5 * w1 - sx * w2, w2 / 3.0)
+    index = xp.concat(grid.table_index(piece))          # at the pixel (+), at the seed's column (-)
+    size = ny * (nx + 1)
+    g_tables = tuple(table + _compat.segment_sum(xp, xp.concat([t, -t]), index, size)
+                     for table, t in zip(g_tables, coef))
+    g_pixels = g_pixels + _compat.segment_sum(xp, direct, piece.ix * ny + piece.iy, nx * ny)
+    return g_tables, g_pixels
 
 
 def _to_pixels(xp, g_tables, g_pixels, lo, hi, shape):
