@@ -181,3 +181,14 @@ def test_jax_gradients_equal_torch_eagerly_and_under_jit():
         assert np.asarray(e) == pytest.approx(t.grad.numpy(), abs=1e-15)
         assert np.asarray(j) == pytest.approx(t.grad.numpy(), abs=1e-15)
     assert float(jax.jit(f)(*arrays)) == pytest.approx(float(f(pts, w, img)), rel=1e-14)
+
+
+def test_a_voronoi_cell_without_mass_says_so():
+    img = np.zeros((16, 16))
+    img[6:10, 6:10] = 1.0
+    points = np.array([[0.5, 0.5], [0.05, 0.05], [0.45, 0.5]])
+    with pytest.raises(NotImplementedError, match="Voronoi cells hold no mass"):
+        sdot.distance(sdot.SumOfDiracs(points), sdot.Grid(img, mass=2.0))
+    inside = np.array([[0.45, 0.45], [0.55, 0.5], [0.5, 0.58]])      # every Voronoi cell meets the square
+    p = sdot.optimal_transport_plan(sdot.SumOfDiracs(inside), sdot.Grid(img, mass=2.0))
+    assert np.asarray(p.cell_masses) == pytest.approx(np.full(3, 1 / 3), abs=1e-10)

@@ -11,11 +11,13 @@ direction of ``a`` to that of ``a + s_1 (b - a)``, and from ``a + s_2 (b - a)`` 
 (signed angles in ``(-pi, pi)``; the arcs of triangles seen from outside the cell cancel).
 
 The edge parts are walked through the pixels by :mod:`.integrate`. Each arc is cut where it
-crosses a grid line or an axis direction, so that each piece lies in one pixel (where ``F`` is
-a polynomial of degree <= 3 in ``u = R cos t``) and within a quarter turn; along it
-``F dv = F(R cos t) R cos t dt`` times ``1``, ``v`` or ``v^2`` is a trigonometric polynomial of
-degree <= 4, which Gauss-Legendre with :data:`ARC_NODES` nodes integrates to rounding on a
-quarter turn (the error of n nodes on a half-length h is about ``(2 h)^(2n) / (2n)!``: 1e-19).
+crosses a grid line or an axis direction, so that each piece lies in one pixel, where ``F`` is a
+polynomial of degree <= 3 in ``u = R cos t``: along the piece ``F dv = F(R cos t) R cos t dt``
+times ``1``, ``v`` or ``v^2`` has closed-form antiderivatives (powers of ``cos t`` and ``sin t``).
+The transpose (:func:`capped_polynomial_integrals`, for the gradient with respect to the pixel
+values) integrates the arcs by Gauss-Legendre in the angle, :data:`ARC_NODES` nodes on at most a
+quarter turn: the integrand is a trigonometric polynomial of degree <= 4, and the error of n
+nodes on a half-length h is about ``(2 h)^(2n) / (2n)!`` (1e-19).
 """
 from __future__ import annotations
 
@@ -49,15 +51,11 @@ def capped_integrals(xp, seeds, cells, psi, density, lo, hi):
     n = seeds.shape[0]
     arc = xp.zeros((n,), dtype=seeds.dtype, device=aac.device(seeds))
     if arcs is not None:
-        grid, piece, nodes, length, r = arcs
+        grid, piece, alpha, beta, sign, r = arcs
         f_0, f_1, f_2, c = grid.antiderivatives(xp, piece, tables, xp.reshape(density, (-1,)))
-        sums = [0.0] * 5
-        for u, v, dv in nodes:
-            f0 = f_0(u) * dv
-            sums = [sums[0] + f0, sums[1] + f_1(u) * dv, sums[2] + v * f0, sums[3] + f_2(u) * dv, sums[4] + v * v * f0]
-        cell = grid.cell
-        moments = moments + xp.stack([_compat.segment_sum(xp, t, cell, n) for t in sums], axis=1)
-        arc = _compat.segment_sum(xp, c * r * length, cell, n)
+        sums = _arc_moments(xp, f_0(0.0), f_1(0.0), f_2(0.0), c, r, alpha, beta)
+        moments = moments + xp.stack([_compat.segment_sum(xp, sign * t, grid.cell, n) for t in sums], axis=1)
+        arc = _compat.segment_sum(xp, sign * c * r * (beta - alpha), grid.cell, n)
     return xp.concat([moments[:, :3], moments[:, 3:4] + moments[:, 4:]], axis=1), facet, arc
 
 
@@ -74,7 +72,8 @@ def capped_polynomial_integrals(xp, seeds, cells, psi, coefficients, lo, hi, sha
     for e in inner.groups(xp):
         acc = edge_polynomial_parts(xp, seeds, e, coefficients, lo, hi, shape, acc)
     if arcs is not None:
-        grid, piece, nodes, _, _ = arcs
+        grid, piece = arcs[:2]
+        nodes = _arc_nodes(xp, *arcs[2:])
         taken = tuple(xp.take(coefficients[:, m], grid.cell) for m in range(4))
         acc = contour_parts(xp, grid, piece, nodes, taken, shape, acc)
     g_tables, g_pixels = acc
@@ -83,10 +82,9 @@ def capped_polynomial_integrals(xp, seeds, cells, psi, coefficients, lo, hi, sha
 
 def _boundary(xp, seeds, cells, psi, lo, hi, shape):
     """The boundary of the capped cells: the parts of the edges inside the balls (an
-    :class:`.integrate._Edges`) and the pieces of the arcs, ``(grid, piece, nodes, length, r)``
+    :class:`.integrate._Edges`) and the pieces of the arcs, ``(grid, piece, alpha, beta, sign, r)``
     (None if there is none): per piece its :class:`.integrate._Grid` (``grid.cell``: its cell)
-    and pixel, the quadrature ``nodes`` ``(u, v, dv)`` of its contour integrals, its signed
-    angle and its radius."""
+    and pixel, its angles (``alpha < beta``), the sign of its sweep and its radius."""
     edges = _Edges(xp, seeds, cells.vertices, cells.count, lo, hi, shape)
     radius = xp.sqrt(xp.maximum(psi, 0.0))
     low, high = -edges.origin, (hi - lo) - edges.origin      # the box about each seed (origin: seed - lo)
@@ -151,13 +149,47 @@ def _arcs(xp, seeds, edges, first, second, radius, lo, hi, shape):
     piece = Piece(None, None, ix, iy, xp.ones(ix.shape, dtype=xp.bool, device=dev))
     grid = _Grid(xp, seeds, types.SimpleNamespace(cell=cell), shape, lo, hi)
     grid.cell = cell
-    length = (beta - alpha) * sign
+    return grid, piece, alpha, beta, sign, r
+
+
+def _arc_nodes(xp, alpha, beta, sign, r):
+    """The quadrature nodes ``(u, v, dv)`` of the arc pieces (see :func:`_boundary`)."""
     nodes = []
     for tau, w in zip(_TAU, _W):
         t = alpha + tau * (beta - alpha)
         u, v = r * xp.cos(t), r * xp.sin(t)
-        nodes.append((u, v, w * length * u))            # dv = R cos t dt
-    return grid, piece, nodes, length, r
+        nodes.append((u, v, w * (beta - alpha) * sign * u))            # dv = R cos t dt
+    return nodes
+
+
+def _arc_moments(xp, a0, a1, a2, c, r, alpha, beta):
+    """``oint (F_0, F_1, v F_0, F_2, v^2 F_0) dv`` from ``alpha`` to ``beta`` on the circle of
+    radius ``r`` in one pixel, where ``F_0 = a0 + c u``, ``F_1 = a1 + c u^2 / 2``, ``F_2 = a2 + c u^3
+    / 3`` (:meth:`.integrate._Grid.antiderivatives` at ``u = 0`` give the ``a``), in closed form:
+    with ``u = r cos t``, ``v = r sin t``, ``dv = r cos t dt``, antiderivatives of products of
+    powers of ``cos t`` and ``sin t``."""
+    sa, ca, sb, cb = xp.sin(alpha), xp.cos(alpha), xp.sin(beta), xp.cos(beta)
+
+    def between(f):
+        return f(beta, sb, cb) - f(alpha, sa, ca)
+
+    def sin2(t, s, c):
+        return 2.0 * s * c
+
+    def sin4(t, s, c):
+        return 4.0 * s * c * (c * c - s * s)
+
+    s1 = sb - sa
+    c2 = between(lambda t, s, c: 0.5 * t + 0.25 * sin2(t, s, c))
+    c3 = between(lambda t, s, c: s - s * s * s / 3.0)
+    c4 = between(lambda t, s, c: 0.375 * t + 0.25 * sin2(t, s, c) + sin4(t, s, c) / 32.0)
+    sc = between(lambda t, s, c: 0.5 * s * s)
+    c2s = between(lambda t, s, c: -c * c * c / 3.0)
+    s2c = between(lambda t, s, c: s * s * s / 3.0)
+    s2c2 = between(lambda t, s, c: t / 8.0 - sin4(t, s, c) / 32.0)
+    r2 = r * r
+    return (r * (a0 * s1 + c * r * c2), r * (a1 * s1 + c * r2 * c3 / 2.0), r2 * (a0 * sc + c * r * c2s),
+            r * (a2 * s1 + c * r2 * r * c4 / 3.0), r2 * r * (a0 * s2c + c * r * s2c2))
 
 
 def _arc_pieces(xp, seeds, cell, r, low, high, shape, lo, hi):
@@ -203,8 +235,9 @@ def _arc_pieces(xp, seeds, cell, r, low, high, shape, lo, hi):
     angle = xp.where(ends, angle, shifted)
     kept = xp.nonzero(inside)[0]
     owner, angle = xp.take(owner, kept), xp.take(angle, kept)
-    order = xp.argsort(angle, stable=True)
-    order = xp.take(order, xp.argsort(xp.take(owner, order), stable=True))
+    # by arc, then by angle: the key is the arc plus the angle's share of a turn (< 1/2)
+    key = xp.astype(owner, angle.dtype) + (angle - xp.take(low, owner)) / turn
+    order = xp.argsort(key)
     owner, angle = xp.take(owner, order), xp.take(angle, order)
     same = owner[1:] == owner[:-1]
     at = xp.nonzero(same)[0]
