@@ -85,9 +85,10 @@ def test_doc_examples_run(path, tmp_path):
                                   ["power_diagram_3d.py", "--n", "30", "--out", "laguerre3d.png"],
                                   ["centroidal.py", "--n", "60", "--iterations", "8"],
                                   ["smooth_densities.py", "--n", "30", "--steps", "3", "--out", "densities.png"],
-                                  ["partial_transport.py", "--n", "30", "--out", "partial.png"]],
+                                  ["partial_transport.py", "--n", "30", "--out", "partial.png"],
+                                  ["crowd_motion.py", "--n", "60", "--steps", "3", "--out", "crowd.png"]],
                          ids=["quickstart", "quantization", "laguerre-picture", "power-diagram-3d", "centroidal",
-                              "smooth-densities", "partial-transport"])
+                              "smooth-densities", "partial-transport", "crowd-motion"])
 def test_examples_run(args, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SDOT_")}
     env.update(MPLBACKEND="Agg", PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
@@ -101,6 +102,9 @@ def test_examples_run(args, tmp_path):
     if args[0] == "partial_transport.py":
         assert (tmp_path / "partial.png").stat().st_size > 10_000
         assert "transported mass 0.99999999" in proc.stdout or "transported mass 1.0000000" in proc.stdout
+    if args[0] == "crowd_motion.py":
+        assert (tmp_path / "crowd.png").stat().st_size > 10_000
+        assert "step 3: 60 people in the room, mass moved 0.500000" in proc.stdout
     if args[0] == "smooth_densities.py":
         assert (tmp_path / "densities.png").stat().st_size > 10_000
     if args[0] == "centroidal.py":

@@ -18,6 +18,8 @@ JAX arrays to the host); the other cases are refused by :func:`check_supported`.
 """
 from __future__ import annotations
 
+import math
+
 import array_api_compat as aac
 
 from . import _compat, geometry
@@ -26,8 +28,8 @@ from .newton_matrix import _facet_entries
 from .options import DEFAULT
 from .planar.capped import capped_integrals
 
-#: Bisections of the starting radius.
-START_BISECTIONS = 12
+#: Bisections of the logarithm of the starting weight.
+START_BISECTIONS = 8
 #: The share of its target that each capped cell holds at the start, where it can.
 START_SHARE = 0.5
 
@@ -62,43 +64,38 @@ def _direction(xp, prob, ev, arc, psi, active, rhs, solver):
 
 
 def initial_weights(xp, prob, active, targets):
-    """The start: :func:`_shifted_start` from equal weights, the Voronoi cells cut by balls of
-    one radius. A Voronoi cell without mass (Diracs far from the support, zero regions between
-    them) raises ``NotImplementedError``: from the balanced transport's cells, which all hold
-    mass, the damped steps crawled (2,000 Diracs on a 64x64 square on black: t ~ 1e-4 for 100
-    steps); such densities need a continuation, as the balanced solve has."""
-    start = _shifted_start(xp, prob, xp.zeros_like(targets), active, targets)
-    if start is None:
-        raise NotImplementedError("partial transport: some Diracs' Voronoi cells hold no mass of the target "
-                                  "(Diracs far from its support, or zero regions between them): not solved yet")
-    return start
+    """Equal weights ``psi_i = c``: the Voronoi cells cut by balls of one radius, each holding
+    mass wherever the density is positive about its Dirac. ``c`` is about the smallest at which
+    every capped cell holds :data:`START_SHARE` of its target, or of its Voronoi cell's mass if
+    that is less (a bisection of ``log c``: the cells do not change with ``c``), between the
+    ``c`` at which no ball can hold the smallest target and the one at which every ball holds its
+    whole cell.
 
-
-def _shifted_start(xp, prob, base, active, targets):
-    """``base + c`` (the cells of ``base`` cut by balls), ``c`` the smallest at which every capped
-    cell holds :data:`START_SHARE` of its target, or of its whole cell's mass if that is less (a
-    bisection: the cells do not change with ``c``); ``(psi, Evaluation, arc)``, or None if a
-    whole cell holds no mass."""
-    cells = geometry.of_seeds(prob.seeds).power_cells(xp, prob.seeds, base, active, prob.lo, prob.hi)
+    A Voronoi cell without mass (Diracs far from the support, zero regions between them) raises
+    ``NotImplementedError``: from the balanced transport's cells, which all hold mass, the damped
+    steps crawled (2,000 Diracs on a 64x64 square on black: t ~ 1e-4 for 100 steps); such
+    densities need a continuation, as the balanced solve has."""
+    cells = geometry.of_seeds(prob.seeds).power_cells(xp, prob.seeds, xp.zeros_like(targets), active,
+                                                      prob.lo, prob.hi)
     k = xp.arange(cells.vertices.shape[1], device=aac.device(targets))[None, :]
     reach = xp.where(k < cells.count[:, None], xp.sum(cells.vertices * cells.vertices, axis=2), 0.0)
-    at = lambda c: capped_integrals(xp, prob.seeds, cells, xp.where(active, base + c, 0.0),  # noqa: E731
+    at = lambda c: capped_integrals(xp, prob.seeds, cells, xp.where(active, c * xp.ones_like(targets), 0.0),  # noqa: E731
                                     prob.density.values, prob.lo, prob.hi)
-    reach = xp.max(reach, axis=1)
-    low = float(xp.min(xp.where(active, -base, xp.inf)))          # every ball empty
-    high = float(xp.max(xp.where(active, reach - base, -xp.inf))) + 0.01 * float(xp.max(reach))   # all whole
+    high = 1.01 * float(xp.max(reach))
     moments, facet, arc = at(high)
     if bool(xp.any(active & (moments[:, 0] <= 0))):
-        return None
+        raise NotImplementedError("partial transport: some Diracs' Voronoi cells hold no mass of the target "
+                                  "(Diracs far from its support, or zero regions between them): not solved yet")
     goal = START_SHARE * xp.minimum(targets, moments[:, 0])
+    low = float(xp.min(xp.where(active, goal, xp.inf))) / (math.pi * float(xp.max(prob.density.values)))
     for _ in range(START_BISECTIONS):
-        mid = 0.5 * (low + high)
+        mid = math.sqrt(low * high)
         if bool(xp.all(xp.where(active, at(mid)[0][:, 0] >= goal, True))):
             high = mid
         else:
             low = mid
     moments, facet, arc = at(high)
-    return xp.where(active, base + high, 0.0), Evaluation(cells, moments, facet), arc
+    return xp.where(active, high * xp.ones_like(targets), 0.0), Evaluation(cells, moments, facet), arc
 
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, options=None):
