@@ -29,7 +29,7 @@ from .options import DEFAULT
 from .planar.capped import capped_integrals
 
 #: Bisections of the logarithm of the starting weight.
-START_BISECTIONS = 8
+START_BISECTIONS = 5
 #: The share of its target that each capped cell holds at the start, where it can.
 START_SHARE = 0.5
 
@@ -90,11 +90,11 @@ def initial_weights(xp, prob, active, targets):
     low = float(xp.min(xp.where(active, goal, xp.inf))) / (math.pi * float(xp.max(prob.density.values)))
     for _ in range(START_BISECTIONS):
         mid = math.sqrt(low * high)
-        if bool(xp.all(xp.where(active, at(mid)[0][:, 0] >= goal, True))):
-            high = mid
+        found = at(mid)
+        if bool(xp.all(xp.where(active, found[0][:, 0] >= goal, True))):
+            high, (moments, facet, arc) = mid, found
         else:
             low = mid
-    moments, facet, arc = at(high)
     return xp.where(active, high * xp.ones_like(targets), 0.0), Evaluation(cells, moments, facet), arc
 
 
