@@ -467,7 +467,7 @@ def _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orde
 def _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure):
     """The plan of a partial transport (:mod:`._partial`), refused where not solved yet."""
     with _driver.quiet_int64(), _driver.one_thread(xp):
-        fields, sol, active, host = _partial.plan_of(xp, prob, tol, max_iter, _printer(verbose))
+        fields, sol, active, host = _partial.plan_of(xp, prob, tol, max_iter, _printer(verbose), NEWTON_OPTIONS)
     potential = _autodiff.detach(fields["brenier_potential"])
     if sol is None:                         # under jax.jit: the cells are computed when asked
         diagram = PowerDiagram._at_weights(prob.seeds, potential, prob.density)

@@ -24,6 +24,7 @@ import numpy as np
 from . import _autodiff, _driver, _jax_host
 from ._core import _compat, newton, partial, plan
 from ._core.density import PixelDensity
+from ._core.options import DEFAULT
 from ._core.planar.capped import capped_polynomial_integrals
 
 #: Relative difference of total masses below which the transport is balanced.
@@ -68,12 +69,12 @@ def check(xp, prob, tol, max_iter):
     return host
 
 
-def solve_arrays(xp, prob, tol, max_iter, log=None):
+def solve_arrays(xp, prob, tol, max_iter, log=None, options=DEFAULT):
     """The plan's arrays (a dict, see :class:`sdot.OtPlan`), the solution and the active
     Diracs, in ``prob``'s units."""
     rep, active, targets = newton.group_duplicates(xp, prob.seeds, prob.masses)
     unit, scale = plan.normalised(xp, prob)
-    sol = partial.solve(xp, unit, tol, max_iter, active, targets, log=log)
+    sol = partial.solve(xp, unit, tol, max_iter, active, targets, log=log, options=options)
     sol = sol._replace(psi=sol.psi * (scale * scale), evaluation=plan._in_units(xp, sol.evaluation, scale))
     out = plan._plan_arrays(xp, prob, sol.evaluation.moments, sol.psi, rep, active, targets)
     lives = xp.take(active, rep)
@@ -92,18 +93,18 @@ def _pixel_gradients(xp, host, sol, active):
                                        coefficients, host.lo, host.hi, tuple(host.density.values.shape))
 
 
-def plan_of(xp, prob, tol, max_iter, log):
+def plan_of(xp, prob, tol, max_iter, log, options=DEFAULT):
     """``(fields, solution, active, host problem)`` of the partial plan of ``prob``: its arrays
     in ``prob``'s framework, ``distance`` differentiable (see the module docstring); traced JAX
     (``jax.jit``): ``(fields, None, None, None)``, solved in one host callback."""
     host = check(xp, prob, tol, max_iter)
     inputs = (prob.seeds, prob.masses, prob.density.values, prob.lo, prob.hi)
     if host is None:
-        fields, state = _traced_fields(prob, tol, max_iter)
+        fields, state = _traced_fields(prob, tol, max_iter, options)
         sol = active = None
     else:
         hxp = _compat.namespace(host.seeds)
-        out, sol, active = solve_arrays(hxp, host, tol, max_iter, log)
+        out, sol, active = solve_arrays(hxp, host, tol, max_iter, log, options)
         like = _autodiff.detach(prob.seeds)
         back = (lambda a: _driver.convert_like(np.asarray(a), like)) if hxp is not xp else (lambda a: a)
         fields = {k: back(v) for k, v in out.items()}
@@ -128,7 +129,7 @@ _TRACED = ("distance", "barycenters", "brenier_potential", "cell_masses", "resid
            "status")
 
 
-def _traced_fields(prob, tol, max_iter):
+def _traced_fields(prob, tol, max_iter, options):
     """The fields and the gradients' state of a traced JAX problem, from one host callback;
     ``distance`` is NaN where the solve did not converge (nothing can be raised under jit)."""
     import jax.numpy as jnp
@@ -139,17 +140,17 @@ def _traced_fields(prob, tol, max_iter):
     shapes = (((), real), ((n, d), real), ((n,), real), ((n,), real), ((), real), ((), np.dtype(bool)),
               ((), integer), ((), integer), ((n, d), real), (tuple(prob.density.values.shape), real))
     arrays = [_autodiff.detach(a) for a in (prob.seeds, prob.masses, prob.density.values, prob.lo, prob.hi)]
-    results = _jax_host._callback(functools.partial(_on_host, float(tol), int(max_iter)), shapes, *arrays)
+    results = _jax_host._callback(functools.partial(_on_host, float(tol), int(max_iter), options), shapes, *arrays)
     fields = dict(zip(_TRACED, results[:8]))
     fields["distance"] = jnp.where(fields["converged"], fields["distance"], jnp.nan)
     return fields, (results[8], fields["brenier_potential"], results[9])
 
 
-def _on_host(tol, max_iter, seeds, masses, values, lo, hi):
+def _on_host(tol, max_iter, options, seeds, masses, values, lo, hi):
     """The host side of :func:`_traced_fields` (NumPy in and out)."""
     host = newton.Problem(seeds, masses, PixelDensity(values, lo, hi))
     with _driver.quiet_int64():
-        out, sol, active = solve_arrays(np, host, tol, max_iter)
+        out, sol, active = solve_arrays(np, host, tol, max_iter, options=options)
         pixels = _pixel_gradients(np, host, sol, active)
     return tuple(out[k] for k in _TRACED) + (_seeds_gradient(out, host), pixels)
 

@@ -133,6 +133,11 @@ class NewtonOptions:
     tight_stage_tol: float = 0.1
     #: Returns to the last width of the blur at most.
     returns: int = 3
+    #: Partial transport (:mod:`.partial`): the start's equal weight is about the smallest at which
+    #: every cell cut by its ball holds this share of its target (or of its Voronoi cell's mass),
+    #: found by this many bisections of its logarithm (each integrates the cut cells once).
+    partial_start_share: float = 0.5
+    partial_start_bisections: int = 5
     #: The widest width of the continuation, in units of the longest side of the domain.
     widest: float = 1.0
     #: Widths narrower than this share of the longest side are not tried (the next one is

@@ -28,10 +28,6 @@ from .newton_matrix import _facet_entries
 from .options import DEFAULT
 from .planar.capped import capped_integrals
 
-#: Bisections of the logarithm of the starting weight.
-START_BISECTIONS = 5
-#: The share of its target that each capped cell holds at the start, where it can.
-START_SHARE = 0.5
 
 
 def check_supported(dim, pixels):
@@ -63,11 +59,12 @@ def _direction(xp, prob, ev, arc, psi, active, rhs, solver):
     return xp.where(active, solver.solve(xp, rows, cols, w, diag, xp.where(active, rhs, 0.0), fresh=None), 0.0)
 
 
-def initial_weights(xp, prob, active, targets):
+def initial_weights(xp, prob, active, targets, options=DEFAULT):
     """Equal weights ``psi_i = c``: the Voronoi cells cut by balls of one radius, each holding
     mass wherever the density is positive about its Dirac. ``c`` is about the smallest at which
-    every capped cell holds :data:`START_SHARE` of its target, or of its Voronoi cell's mass if
-    that is less (a bisection of ``log c``: the cells do not change with ``c``), between the
+    every capped cell holds ``options.partial_start_share`` of its target, or of its Voronoi cell's mass if
+    that is less (``options.partial_start_bisections`` bisections of ``log c``: the cells do not change
+    with ``c``), between the
     ``c`` at which no ball can hold the smallest target and the one at which every ball holds its
     whole cell.
 
@@ -86,9 +83,9 @@ def initial_weights(xp, prob, active, targets):
     if bool(xp.any(active & (moments[:, 0] <= 0))):
         raise NotImplementedError("partial transport: some Diracs' Voronoi cells hold no mass of the target "
                                   "(Diracs far from its support, or zero regions between them): not solved yet")
-    goal = START_SHARE * xp.minimum(targets, moments[:, 0])
+    goal = options.partial_start_share * xp.minimum(targets, moments[:, 0])
     low = float(xp.min(xp.where(active, goal, xp.inf))) / (math.pi * float(xp.max(prob.density.values)))
-    for _ in range(START_BISECTIONS):
+    for _ in range(options.partial_start_bisections):
         mid = math.sqrt(low * high)
         found = at(mid)
         if bool(xp.all(xp.where(active, found[0][:, 0] >= goal, True))):
@@ -105,7 +102,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, options=None):
     the solve stalls) and the linear solver."""
     options = DEFAULT if options is None else options
     solver = options.linear.solver()
-    psi, ev, arc = initial_weights(xp, prob, active, targets)
+    psi, ev, arc = initial_weights(xp, prob, active, targets, options)
 
     def errors(ev):
         e = xp.where(active, targets - ev.moments[:, 0], 0.0)
