@@ -3,16 +3,16 @@
 
 The solve runs eagerly: NumPy and torch through the array API, JAX (concrete arrays, and
 ``jax.grad``/``jax.jvp`` outside ``jit``) on NumPy views of the primal values, the results
-converted back; under ``jax.jit`` (on the CPU) in one host callback. ``distance`` is differentiable to first order with respect to the Dirac
-positions, their masses and the pixel values, with the formulas at the optimum (envelope
-theorem on the dual ``sum_i m_i psi_i + int min(min_i |x - y_i|^2 - psi_i, 0) rho``):
+converted back; under ``jax.jit`` (on the CPU) in one host callback. ``distance`` is
+differentiable to first order with respect to the Dirac positions, their masses and the pixel
+values, with the formulas at the optimum (envelope theorem on the dual
+``sum_i m_i psi_i + int min(min_i |x - y_i|^2 - psi_i, 0) rho``):
 
     dW/dy_i = 2 m_i (y_i - b_i),   dW/dm_i = psi_i,   dW/drho = min(min_i |x - y_i|^2 - psi_i, 0),
 
 the last integrated over each pixel (:func:`._core.planar.capped.capped_polynomial_integrals`).
 The plan's other arrays are not differentiable yet: a derivative of them raises (torch) or is
-NaN (JAX). What is not
-solved is refused before any work with ``NotImplementedError``.
+NaN (JAX). What is not solved is refused before any work with ``NotImplementedError``.
 """
 from __future__ import annotations
 

@@ -76,8 +76,9 @@ def initial_weights(xp, prob, active, targets, options=DEFAULT):
                                                       prob.lo, prob.hi)
     k = xp.arange(cells.vertices.shape[1], device=aac.device(targets))[None, :]
     reach = xp.where(k < cells.count[:, None], xp.sum(cells.vertices * cells.vertices, axis=2), 0.0)
-    at = lambda c: capped_integrals(xp, prob.seeds, cells, xp.where(active, c * xp.ones_like(targets), 0.0),  # noqa: E731
-                                    prob.density.values, prob.lo, prob.hi)
+    ones = xp.where(active, xp.ones_like(targets), 0.0)
+    at = lambda c: capped_integrals(xp, prob.seeds, cells, c * ones, prob.density.values,  # noqa: E731
+                                    prob.lo, prob.hi)
     high = 1.01 * float(xp.max(reach))
     moments, facet, arc = at(high)
     if bool(xp.any(active & (moments[:, 0] <= 0))):
@@ -92,7 +93,7 @@ def initial_weights(xp, prob, active, targets, options=DEFAULT):
             high, (moments, facet, arc) = mid, found
         else:
             low = mid
-    return xp.where(active, high * xp.ones_like(targets), 0.0), Evaluation(cells, moments, facet), arc
+    return high * ones, Evaluation(cells, moments, facet), arc
 
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, options=None):
