@@ -166,14 +166,14 @@ def test_gradients_match_finite_differences():
         assert float(inputs[k].grad[index]) == pytest.approx(fd, rel=1e-6, abs=1e-10)
 
 
-def test_jax_gradients_equal_torch_eagerly_and_under_jit():
+def test_jax_gradients_equal_torch_eagerly_and_under_jit(sdot_driver):
     torch = pytest.importorskip("torch")
     jax = pytest.importorskip("jax")
     pts, w, img = gradient_problem()
     inputs = [torch.asarray(a, requires_grad=True) for a in (pts, w, img)]
     f = lambda p, w, v: sdot.distance(sdot.SumOfWeightedDiracs(p, w), sdot.Grid(v, mass=1.7))   # noqa: E731
     f(*inputs).backward()
-    sdot.driver.framework = "jax"
+    sdot_driver.framework = "jax"
     arrays = [jax.numpy.asarray(a) for a in (pts, w, img)]
     eager = jax.grad(f, argnums=(0, 1, 2))(*arrays)
     jitted = jax.jit(jax.grad(f, argnums=(0, 1, 2)))(*arrays)
@@ -192,3 +192,15 @@ def test_a_voronoi_cell_without_mass_says_so():
     inside = np.array([[0.45, 0.45], [0.55, 0.5], [0.5, 0.58]])      # every Voronoi cell meets the square
     p = sdot.optimal_transport_plan(sdot.SumOfDiracs(inside), sdot.Grid(img, mass=2.0))
     assert np.asarray(p.cell_masses) == pytest.approx(np.full(3, 1 / 3), abs=1e-10)
+
+
+def test_batches_and_jax_vmap_are_the_items(sdot_driver):
+    jax = pytest.importorskip("jax")
+    rng = np.random.default_rng(0)
+    X, img = 0.2 + 0.6 * rng.random((3, 50, 2)), 0.5 + rng.random((8, 8))
+    single = [float(plan_np(x, img, 2.0).distance) for x in X]
+    assert np.asarray(sdot.distances(sdot.BatchOfSumOfDiracs(X), sdot.Grid(img, mass=2))) == pytest.approx(
+        single, rel=1e-12)
+    sdot_driver.framework = "jax"
+    f = lambda x: sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(jax.numpy.asarray(img), mass=2))   # noqa: E731
+    assert np.asarray(jax.jit(jax.vmap(f))(jax.numpy.asarray(X))) == pytest.approx(single, rel=1e-12)
