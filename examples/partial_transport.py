@@ -1,7 +1,7 @@
 """Partial transport in one picture: Diracs lighter than the density take their mass from balls.
 
 Solves the transport from ~60 Diracs of total mass 1 to a grey image of mass 2. Each Dirac takes
-its mass from its Laguerre cell cut by the ball ``|x - y_i|^2 <= psi_i`` (drawn filled); the
+its mass from its Laguerre cell cut by the ball ``|x - y_i|^2 <= psi_i`` (drawn by ``PowerDiagram.plot``); the
 density outside every ball stays where it is.
 
     python examples/partial_transport.py --out docs/partial.png
@@ -24,43 +24,21 @@ def image(size=32):
     return 0.2 + np.exp(-(np.hypot(x - 0.3, y - 0.65) / 0.15) ** 2) + np.exp(-(np.hypot(x - 0.7, y - 0.3) / 0.2) ** 2)
 
 
-def capped(polygon, centre, radius, sides=180):
-    """The polygon (counter-clockwise vertices) cut by the disc, the disc as a polygon of ``sides`` sides."""
-    for k in range(sides):
-        normal = np.array([np.cos(2 * np.pi * (k + 0.5) / sides), np.sin(2 * np.pi * (k + 0.5) / sides)])
-        side = (polygon - centre) @ normal - radius * np.cos(np.pi / sides)
-        kept = []
-        for j in range(len(polygon)):
-            p, q, sp, sq = polygon[j], polygon[(j + 1) % len(polygon)], side[j], side[(j + 1) % len(polygon)]
-            if sp <= 0:
-                kept.append(p)
-            if sp * sq < 0:
-                kept.append(p + sp / (sp - sq) * (q - p))
-        if len(kept) < 3:
-            return None
-        polygon = np.array(kept)
-    return polygon
-
-
 def draw(values, positions, plan, out):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    psi = np.asarray(plan.brenier_potential)
     fig, ax = plt.subplots(figsize=(6, 6))
     ax.imshow(values.T, origin="lower", extent=(0, 1, 0, 1), cmap="Greys", vmin=0)
-    for i, cell in enumerate(plan.power_diagram.cells):
-        piece = None if len(cell.vertices) < 3 else capped(np.asarray(cell.vertices), positions[i], np.sqrt(psi[i]))
-        if piece is not None:
-            ax.fill(piece[:, 0], piece[:, 1], color=plt.cm.tab20(i % 20), alpha=0.75, lw=0.5, ec="k")
+    plan.power_diagram.plot(ax, points=False, colors="tab:green", linewidths=1.2)    # the cells cut by balls
     ax.plot(positions[:, 0], positions[:, 1], "o", ms=3, color="tab:red", label="Diracs $y_i$")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.legend(loc="upper right", fontsize=8, framealpha=0.9)
     ax.set_title(f"{len(positions)} Diracs of total mass 1, an image of mass 2: each takes its mass from\n"
-                 f"its Laguerre cell cut by a ball (filled); W2^2 = {float(plan.distance):.3e}", fontsize=9)
+                 f"its Laguerre cell cut by a ball (green); W2^2 = {float(plan.distance):.3e}", fontsize=9)
     fig.savefig(out, dpi=90, bbox_inches="tight")
     print(f"saved {out}")
 

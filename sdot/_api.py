@@ -474,6 +474,7 @@ def _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure):
     else:
         diagram = PowerDiagram._from_solution(newton.Problem(_autodiff.detach(prob.seeds), None, host.density),
                                               potential, sol.evaluation.cells, sol.evaluation.moments, active)
+    diagram.capped = True
     out = OtPlan(power_diagram=diagram, **fields)
     if raise_on_failure and not _driver.is_tracer(out.converged) and not bool(out.converged):
         raise OtNotConverged(f"partial transport did not converge: {_STATUS[int(out.status)]} after "

@@ -106,6 +106,11 @@ class PowerDiagram(JaxPytree):
                             mass=None).with_dim(src.dim)
         self._state = None
 
+    #: The diagram of a partial transport plan: its cells are cut by the balls ``|x - y_i|^2 <=
+    #: w_i`` (``measure`` and ``barycenter`` are those of the cut cells, ``vertices`` the Laguerre
+    #: polygon's; :meth:`plot` draws the cut cells).
+    capped = False
+
     def _tree_flatten(self):
         """JAX pytree children: the arrays, the target grid (a pytree) and the computed cells."""
         return (self.positions, self.weights, self._target, self._state), None
@@ -243,6 +248,11 @@ class PowerDiagram(JaxPytree):
         b = np.take_along_axis(a, nxt[..., None].repeat(2, axis=2), axis=1)
         valid = k[None, :] < count[:, None]
         segs = np.stack([a[valid], b[valid]], axis=1)
+        if self.capped:
+            radii = np.sqrt(np.maximum(_to_numpy(self.weights), 0.0))
+            cut = [_cut_by_disc(verts[i, :count[i]], radii[i]) for i in range(len(seeds))]
+            segs = np.concatenate([np.stack([c, np.roll(c, -1, axis=0)], axis=1) + seeds[i] for i, c in enumerate(cut)
+                                   if len(c)] or [np.zeros((0, 2, 2))])
         from matplotlib.collections import LineCollection
 
         ax.add_collection(LineCollection(segs, **({"colors": "k", "linewidths": 0.5} | style)))
@@ -254,6 +264,25 @@ class PowerDiagram(JaxPytree):
 
     def __repr__(self):
         return f"PowerDiagram(n={self.positions.shape[0]})"
+
+
+def _cut_by_disc(polygon, radius, sides=180):
+    """The polygon (counter-clockwise, relative to the disc's centre) cut by the disc of
+    ``radius``, the disc drawn as a polygon of ``sides`` sides: for :meth:`PowerDiagram.plot`."""
+    for k in range(sides):
+        if len(polygon) < 3:
+            return np.zeros((0, 2))
+        angle = 2 * np.pi * (k + 0.5) / sides
+        side = polygon @ np.array([np.cos(angle), np.sin(angle)]) - radius * np.cos(np.pi / sides)
+        after, side_after = np.roll(polygon, -1, axis=0), np.roll(side, -1)
+        kept = []
+        for p, q, sp, sq in zip(polygon, after, side, side_after):
+            if sp <= 0:
+                kept.append(p)
+            if sp * sq < 0:
+                kept.append(p + sp / (sp - sq) * (q - p))
+        polygon = np.array(kept).reshape(-1, 2)
+    return polygon if len(polygon) >= 3 else np.zeros((0, 2))
 
 
 def _plot_intervals(ax, seeds, ends, live, points, style):

@@ -32,6 +32,7 @@ def test_one_dirac_takes_the_disc_around_it(eager_backend):
     assert float(p.brenier_potential[0]) == pytest.approx(1 / (4 * math.pi), rel=1e-12)
     assert eager_backend.to_numpy(p.barycenters) == pytest.approx(np.array([[0.5, 0.5]]), abs=1e-14)
     assert float(p.transported_mass) == pytest.approx(1.0, rel=1e-12)
+    assert p.power_diagram.capped and float(p.power_diagram.cells[0].measure) == pytest.approx(1.0, rel=1e-12)
 
 
 def test_the_reference_case(eager_backend):
