@@ -41,10 +41,12 @@ def check_supported(dim, pixels):
                                   "(Grid / PolynomialGrid of degree 0); this target is a polynomial or spline grid")
 
 
-def evaluate(xp, prob, psi, active):
+def evaluate(xp, prob, psi, active, previous=None):
     """``(Evaluation, arc)`` of the capped cells at weights ``psi`` (``arc``: per cell the
-    density along its arcs)."""
-    cells = geometry.of_seeds(prob.seeds).power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi)
+    density along its arcs); ``previous``: cells at other weights, updated (see
+    :func:`.planar.power_cells`)."""
+    cells = geometry.of_seeds(prob.seeds).power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi,
+                                                      previous=previous)
     moments, facet, arc = capped_integrals(xp, prob.seeds, cells, xp.where(active, psi, 0.0),
                                            prob.density.values, prob.lo, prob.hi)
     return Evaluation(cells, moments, facet), arc
@@ -121,7 +123,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, options=None):
         t = min(1.0, options.growth * t)
         while t >= options.min_step:
             trial = xp.where(active, psi + t * d, 0.0)
-            new, new_arc = evaluate(xp, prob, trial, active)
+            new, new_arc = evaluate(xp, prob, trial, active, previous=ev.cells)
             e_new, err_new, norm_new = errors(new)
             smallest = float(xp.min(xp.where(active, new.moments[:, 0], xp.inf)))
             if smallest >= floor and norm_new <= (1.0 - 0.5 * t) * norm:

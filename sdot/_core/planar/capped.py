@@ -41,7 +41,21 @@ def capped_integrals(xp, seeds, cells, psi, density, lo, hi):
     the density integrated along the part of the edge inside the ball (n, V), and per cell the
     density integrated along the arcs of its boundary (n,), for a pixel density ``density``
     (``(1, 1)``: uniform) on the box ``[lo, hi]``; ``B_i`` is ``|x - y_i|^2 <= psi_i`` (empty
-    where ``psi_i <= 0``). Eager."""
+    where ``psi_i <= 0``). Eager; on the host by the compiled kernel
+    (:func:`..compiled.capped2d.capped_integrals`)."""
+    def kernel(*host):
+        from ..compiled import capped2d
+
+        return capped2d.capped_integrals(*host)
+    found = _compat.compiled_call(xp, kernel, seeds, cells.vertices, cells.labels, cells.count, density, lo, hi, psi)
+    if found is not None:
+        return found
+    return array_capped_integrals(xp, seeds, cells, psi, density, lo, hi)
+
+
+def array_capped_integrals(xp, seeds, cells, psi, density, lo, hi):
+    """:func:`capped_integrals` in array code (the route of every namespace; the oracle of the
+    compiled kernel)."""
     tables = xp.reshape(prefix_tables(xp, density, lo, hi), (3, -1))
     inner, arcs = _boundary(xp, seeds, cells, psi, lo, hi, density.shape)
     moments, facet = None, None
