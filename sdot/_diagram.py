@@ -210,7 +210,9 @@ class PowerDiagram(JaxPytree):
         """Solve for the weights that give cell ``i`` the mass ``dirac_masses[i]``.
 
         Stores the optimal weights in ``self.weights`` (and the target for
-        :attr:`cells`) and returns the :class:`~sdot.OtPlan`.
+        :attr:`cells`) and returns the :class:`~sdot.OtPlan`. A target heavier than the
+        masses (normalised to 1 as in ``SumOfWeightedDiracs``) is partial transport: the cells
+        are then cut by the balls (:attr:`capped`).
         """
         from ._api import optimal_transport_plan
         from ._measures import SumOfWeightedDiracs
@@ -220,6 +222,7 @@ class PowerDiagram(JaxPytree):
         solved = result.power_diagram
         # the plan's cells, or (under jax.jit) the target to compute them from when asked
         self.weights, self._state, self._target = result.brenier_potential, solved._state, solved._target
+        self.capped = solved.capped
         return result
 
     def plot(self, ax=None, points=True, section=None, **style):

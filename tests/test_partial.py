@@ -46,6 +46,14 @@ def test_the_reference_case(eager_backend):
     assert np.all(eager_backend.to_numpy(p.brenier_potential) > 0)
 
 
+def test_adjust_weights_cuts_the_cells_by_the_balls():
+    x = 0.2 + 0.6 * np.random.default_rng(0).random((20, 2))
+    diagram = sdot.PowerDiagram(x)
+    plan = diagram.adjust_weights(np.full(20, 1 / 20), sdot.Grid(np.ones((8, 8)), mass=2))
+    assert diagram.capped and bool(plan.converged)
+    assert [float(c.measure) for c in diagram.cells] == pytest.approx([1 / 20] * 20, abs=1e-10)
+
+
 def test_a_grid_of_equal_pixels_is_the_uniform_density():
     points = np.random.default_rng(3).random((200, 2))
     uniform = plan_np(points, np.ones((1, 1)), 1.5)
