@@ -10,7 +10,8 @@ values, with the formulas at the optimum (envelope theorem on the dual
 
     dW/dy_i = 2 m_i (y_i - b_i),   dW/dm_i = psi_i,   dW/drho = min(min_i |x - y_i|^2 - psi_i, 0),
 
-the last integrated over each pixel (:func:`._core.planar.capped.capped_polynomial_integrals`).
+the last integrated over each pixel (``capped_polynomial_integrals`` of :mod:`._core.planar.capped`,
+:mod:`._core.linear.capped`).
 The plan's other arrays are not differentiable yet: a derivative of them raises (torch) or is
 NaN (JAX). What is not solved is refused before any work with ``NotImplementedError``.
 """
@@ -25,7 +26,6 @@ from . import _autodiff, _driver, _jax_host
 from ._core import _compat, newton, partial, plan
 from ._core.density import PixelDensity
 from ._core.options import DEFAULT
-from ._core.planar.capped import capped_polynomial_integrals
 
 #: Relative difference of total masses below which the transport is balanced.
 BALANCED = 1e-6
@@ -87,10 +87,12 @@ def solve_arrays(xp, prob, tol, max_iter, log=None, options=DEFAULT):
 def _pixel_gradients(xp, host, sol, active):
     """``dW/drho`` per pixel: ``int_pixel min(min_i |x - y_i|^2 - psi_i, 0)``."""
     zero = xp.zeros_like(sol.psi)
-    live = xp.where(active, 1.0, 0.0)
-    coefficients = xp.stack([-sol.psi * live, zero, zero, live], axis=1)
-    return capped_polynomial_integrals(xp, host.seeds, sol.evaluation.cells, xp.where(active, sol.psi, 0.0),
-                                       coefficients, host.lo, host.hi, tuple(host.density.values.shape))
+    live = xp.where(active, xp.ones_like(sol.psi), 0.0)
+    first = [zero] * host.seeds.shape[1]
+    coefficients = xp.stack([-sol.psi * live] + first + [live], axis=1)
+    return partial.capped(host.seeds).capped_polynomial_integrals(
+        xp, host.seeds, sol.evaluation.cells, xp.where(active, sol.psi, 0.0), coefficients, host.lo, host.hi,
+        tuple(host.density.values.shape))
 
 
 def plan_of(xp, prob, tol, max_iter, log, options=DEFAULT):

@@ -136,10 +136,8 @@ def test_what_is_not_solved_says_so():
     pts = np.random.default_rng(0).random((10, 2))
     with pytest.raises(NotImplementedError, match="heavier than the target"):
         sdot.distance(sdot.SumOfDiracs(pts, mass=2.0), sdot.Grid(np.ones((2, 2))))
-    with pytest.raises(NotImplementedError, match="solved in 2D"):
+    with pytest.raises(NotImplementedError, match="solved in 1D and 2D"):
         sdot.distance(sdot.SumOfDiracs(np.random.default_rng(0).random((10, 3))), sdot.Grid(np.ones((2, 2, 2)), mass=2))
-    with pytest.raises(NotImplementedError, match="solved in 2D"):
-        sdot.distance(sdot.SumOfDiracs1d([0.2, 0.6]), sdot.Grid(np.ones(3), mass=2))
     with pytest.raises(NotImplementedError, match="one value per cell"):
         sdot.distance(sdot.SumOfDiracs(pts), sdot.PolynomialGrid(np.ones((2, 2, 4)), mass=2))
     torch = pytest.importorskip("torch")
@@ -213,3 +211,32 @@ def test_batches_and_jax_vmap_are_the_items(sdot_driver):
     sdot_driver.framework = "jax"
     f = lambda x: sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(jax.numpy.asarray(img), mass=2))   # noqa: E731
     assert np.asarray(jax.jit(jax.vmap(f))(jax.numpy.asarray(X))) == pytest.approx(single, rel=1e-12)
+
+
+def test_on_a_line(eager_backend):
+    """1D: one Dirac in a uniform density of mass 2 takes [1/4, 3/4]: W2^2 = 2 (2/3) (1/4)^3 =
+    1/48, psi = 1/16; 40 Diracs on a grey segment image take their masses exactly."""
+    b = eager_backend
+    one = sdot.optimal_transport_plan(sdot.SumOfDiracs1d(b.asarray([0.5])), sdot.Grid(b.asarray(np.ones(1)), mass=2))
+    assert float(one.distance) == pytest.approx(1 / 48, rel=1e-13)
+    assert float(one.brenier_potential[0]) == pytest.approx(1 / 16, rel=1e-13)
+    x = 0.2 + 0.6 * np.random.default_rng(1).random(40)
+    img = 0.5 + np.random.default_rng(2).random(13)
+    p = sdot.optimal_transport_plan(sdot.SumOfDiracs1d(b.asarray(x)), sdot.Grid(b.asarray(img), mass=1.6))
+    assert b.to_numpy(p.cell_masses) == pytest.approx(np.full(40, 1 / 40), abs=1e-10)
+
+
+def test_gradients_on_a_line_match_finite_differences():
+    torch = pytest.importorskip("torch")
+    x, img = 0.2 + 0.6 * np.random.default_rng(1).random(30), 0.5 + np.random.default_rng(2).random(13)
+    xt, vt = torch.asarray(x, requires_grad=True), torch.asarray(img, requires_grad=True)
+    f = lambda x, v: sdot.distance(sdot.SumOfDiracs1d(x), sdot.Grid(v, mass=1.6))   # noqa: E731
+    f(xt, vt).backward()
+    h = 1e-6
+    for k, grad, (base, other) in ((4, xt.grad, (x, None)), (3, vt.grad, (img, None))):
+        up, down = base.copy(), base.copy()
+        up[k] += h
+        down[k] -= h
+        args = (lambda a: (a, img)) if base is x else (lambda a: (x, a))
+        fd = (float(f(*args(up))) - float(f(*args(down)))) / (2 * h)
+        assert float(grad[k]) == pytest.approx(fd, rel=1e-6)

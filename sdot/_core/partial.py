@@ -13,7 +13,7 @@ both is issue 60's: this one is eager and has no continuation.)
 
 The start: see :func:`initial_weights`.
 
-2D grids of one value per cell only, eagerly (the public layer, :mod:`sdot._partial`, brings
+1D and 2D grids of one value per cell only, eagerly (the public layer, :mod:`sdot._partial`, brings
 JAX arrays to the host); the other cases are refused by :func:`check_supported`.
 """
 from __future__ import annotations
@@ -26,15 +26,21 @@ from . import _compat, geometry
 from .newton import CONVERGED, MAX_ITERATIONS, STALLED, Evaluation, Solution
 from .newton_matrix import _facet_entries
 from .options import DEFAULT
-from .planar.capped import capped_integrals
+from .linear import capped as linear_capped
+from .planar import capped as planar_capped
 
+
+
+def capped(seeds):
+    """The module of the integrals over cells cut by balls in the seeds' dimension (1 or 2)."""
+    return linear_capped if seeds.shape[1] == 1 else planar_capped
 
 
 def check_supported(dim, pixels):
     """Raise ``NotImplementedError`` for the partial transport this version does not solve
     (``pixels``: the density has one value per grid cell)."""
-    if dim != 2:
-        raise NotImplementedError(f"partial transport (a target heavier than the source) is solved in 2D; "
+    if dim not in (1, 2):
+        raise NotImplementedError(f"partial transport (a target heavier than the source) is solved in 1D and 2D; "
                                   f"this source is {dim}D")
     if not pixels:
         raise NotImplementedError("partial transport is solved against grids of one value per cell "
@@ -47,8 +53,8 @@ def evaluate(xp, prob, psi, active, previous=None):
     :func:`.planar.power_cells`)."""
     cells = geometry.of_seeds(prob.seeds).power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi,
                                                       previous=previous)
-    moments, facet, arc = capped_integrals(xp, prob.seeds, cells, xp.where(active, psi, 0.0),
-                                           prob.density.values, prob.lo, prob.hi)
+    moments, facet, arc = capped(prob.seeds).capped_integrals(xp, prob.seeds, cells, xp.where(active, psi, 0.0),
+                                                              prob.density.values, prob.lo, prob.hi)
     return Evaluation(cells, moments, facet), arc
 
 
@@ -79,8 +85,8 @@ def initial_weights(xp, prob, active, targets, options=DEFAULT):
     k = xp.arange(cells.vertices.shape[1], device=aac.device(targets))[None, :]
     reach = xp.where(k < cells.count[:, None], xp.sum(cells.vertices * cells.vertices, axis=2), 0.0)
     ones = xp.where(active, xp.ones_like(targets), 0.0)
-    at = lambda c: capped_integrals(xp, prob.seeds, cells, c * ones, prob.density.values,  # noqa: E731
-                                    prob.lo, prob.hi)
+    integrals = capped(prob.seeds).capped_integrals
+    at = lambda c: integrals(xp, prob.seeds, cells, c * ones, prob.density.values, prob.lo, prob.hi)  # noqa: E731
     high = 1.01 * float(xp.max(reach))
     moments, facet, arc = at(high)
     if bool(xp.any(active & (moments[:, 0] <= 0))):
