@@ -137,6 +137,9 @@ class OtPlan(JaxPytree):
         if self._normalisation is None and getattr(self.distance, "ndim", 0) == 1:
             raise TypeError(f"OtPlan.{what} is for the plan of one source and one target: solve the "
                             "items of a batch one by one for NumPy's derivatives")
+        if self._normalisation is None and getattr(self.power_diagram, "capped", False):
+            raise NotImplementedError(f"OtPlan.{what} of a partial transport plan is not implemented yet: "
+                                      "differentiate its distance with torch or JAX")
         if self._normalisation is None:
             raise TypeError(f"OtPlan.{what} is NumPy's: differentiate torch and JAX plans with their autodiff")
         return self._normalisation
