@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._numba import njit
-from .integrals2d import SCRATCH, _cut, _range
+from .integrals2d import SCRATCH, _cut, _range, load_cell
 
 
 @njit
@@ -90,15 +90,7 @@ def capped_rows(first, last, seeds, vertices, count, values, lo, hi, psi, moment
         if m == 0 or psi[i] <= 0.0:
             continue
         radius = np.sqrt(psi[i])
-        low0 = low1 = np.inf
-        high0 = high1 = -np.inf
-        r2 = 0.0
-        for k in range(m):
-            x, y = vertices[i, k, 0], vertices[i, k, 1]
-            px[0, k], py[0, k], plab[0, k] = x, y, k
-            low0, high0 = min(low0, x), max(high0, x)
-            low1, high1 = min(low1, y), max(high1, y)
-            r2 = max(r2, x * x + y * y)
+        low0, high0, low1, high1, r2 = load_cell(vertices[i], m, px[0], py[0], plab[0])
         y0, y1 = seeds[i, 0], seeds[i, 1]
         if n0 == 1 and n1 == 1:
             arc[i] += integrate_capped(px[0], py[0], plab[0], m, values[0, 0], radius, moments[i], facet[i])

@@ -38,15 +38,7 @@ def integrals_rows(first, last, seeds, vertices, labels, count, values, lo, hi, 
         m = count[i]
         if m == 0:
             continue
-        low0 = low1 = np.inf
-        high0 = high1 = -np.inf
-        r2 = 0.0
-        for k in range(m):
-            x, y = vertices[i, k, 0], vertices[i, k, 1]
-            px[0, k], py[0, k], plab[0, k] = x, y, k
-            low0, high0 = min(low0, x), max(high0, x)
-            low1, high1 = min(low1, y), max(high1, y)
-            r2 = max(r2, x * x + y * y)
+        low0, high0, low1, high1, r2 = load_cell(vertices[i], m, px[0], py[0], plab[0])
         y0, y1 = seeds[i, 0], seeds[i, 1]
         if n0 == 1 and n1 == 1:
             pg.integrate(px[0], py[0], plab[0], m, values[0, 0], moments[i], facet[i])
@@ -66,6 +58,22 @@ def integrals_rows(first, last, seeds, vertices, labels, count, values, lo, hi, 
                     pg.integrate(px[k2], py[k2], plab[k2], m2, value, moments[i], facet[i])
             if m0 <= 0:
                 break
+
+
+@njit
+def load_cell(vertices, m, px, py, plab):
+    """Copy the ``m`` vertices of a cell into the scratch polygon (each edge labelled by its
+    slot); returns its bounds ``(low0, high0, low1, high1)`` and its largest squared radius."""
+    low0 = low1 = np.inf
+    high0 = high1 = -np.inf
+    r2 = 0.0
+    for k in range(m):
+        x, y = vertices[k, 0], vertices[k, 1]
+        px[k], py[k], plab[k] = x, y, k
+        low0, high0 = min(low0, x), max(high0, x)
+        low1, high1 = min(low1, y), max(high1, y)
+        r2 = max(r2, x * x + y * y)
+    return low0, high0, low1, high1, r2
 
 
 @njit
