@@ -23,15 +23,15 @@ import numpy as np
 import solve as bench         # bench/solve.py: the points and targets (it imports only numpy here)
 
 
-def target_of(sdot, name):
-    """The C++ solver's distribution for the bench target ``name``."""
+def target_of(sdot, name, mass=1.0):
+    """The C++ solver's distribution for the bench target ``name``, of total ``mass``."""
     values = bench.target_values(name)
     if np.all(values == values.flat[0]):          # a uniform density on the unit square / cube
-        return sdot.Box(nb_dims=values.ndim)
+        return sdot.Box(nb_dims=values.ndim, target_mass=mass)
     if name in bench.BERNSTEIN:
         p = bench.BERNSTEIN[name]
-        return sdot.Image(values, degree=p)
-    return sdot.Image(values)
+        return sdot.Image(values, degree=p, target_mass=mass)
+    return sdot.Image(values, target_mass=mass)
 
 
 def main(argv=None):
@@ -39,13 +39,14 @@ def main(argv=None):
     parser.add_argument("--target", required=True)
     parser.add_argument("--n", type=int, required=True)
     parser.add_argument("--tol", type=float, default=1e-8)
+    parser.add_argument("--mass", type=float, default=1.0, help="the target's mass (above 1: partial transport)")
     args = parser.parse_args(argv)
     import sdot
 
     if not hasattr(sdot, "ot_solve"):
         raise SystemExit(f"the sdot imported from {sdot.__file__} is not the C++ solver of the package index")
     dim = 3 if args.target in bench.SPATIAL else 2
-    target = target_of(sdot, args.target)
+    target = target_of(sdot, args.target, args.mass)
     start = time.perf_counter()
     sdot.ot_solve(sdot.SumOfDiracs(bench.points(bench.WARMUP, shift=1, dim=dim)), target, tol=args.tol,
                   on_failure="ignore")

@@ -262,12 +262,13 @@ def _median_run(runs):
     return row
 
 
-def _spawn_peer(python, target, n, tol, timeout):
+def _spawn_peer(python, target, n, tol, timeout, mass=1.0):
     """A row of the C++ solver (bench/peer.py) run by the interpreter ``python``, in a
-    directory of its own (so that ``import sdot`` is the C++ package there)."""
+    directory of its own (so that ``import sdot`` is the C++ package there); ``mass``: the
+    target's (above 1: partial transport)."""
     import tempfile
 
-    cmd = [python, str(HERE / "peer.py"), "--target", target, "--n", str(n), "--tol", str(tol)]
+    cmd = [python, str(HERE / "peer.py"), "--target", target, "--n", str(n), "--tol", str(tol), "--mass", str(mass)]
     with tempfile.TemporaryDirectory() as cwd:
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=timeout,

@@ -242,3 +242,31 @@ def test_gradients_on_a_line_match_finite_differences():
         args = (lambda a: (a, img)) if base is x else (lambda a: (x, a))
         fd = (float(f(*args(up))) - float(f(*args(down)))) / (2 * h)
         assert float(grad[k]) == pytest.approx(fd, rel=1e-6)
+
+
+def test_inputs_users_bring():
+    """Clusters, duplicates, zero masses, a Dirac outside the box, tiny and huge domains: every
+    cell takes its mass (W2^2 scales as the domain squared); a cluster 1e-6 wide stalls loudly."""
+    rng = np.random.default_rng(0)
+    img = 0.3 + rng.random((16, 16))
+    x = rng.random((200, 2))
+    base = float(plan_np(x, img, 1.5).distance)
+    clustered = x.copy()
+    clustered[:50] = 0.4 + 1e-4 * rng.random((50, 2))
+    repeated = x.copy()
+    repeated[10:13] = x[11]
+    outside = x.copy()
+    outside[0] = [1.01, 0.5]                # just outside: its Voronoi cell meets the box
+    for points in (clustered, repeated, outside):
+        p = plan_np(points, img, 1.5)
+        assert np.asarray(p.cell_masses) == pytest.approx(np.full(200, 1 / 200), abs=1e-10)
+    w = rng.random(200)
+    w[:20] = 0.0
+    p = sdot.optimal_transport_plan(sdot.SumOfWeightedDiracs(x, w), sdot.Grid(img, mass=1.5))
+    assert np.asarray(p.cell_masses) == pytest.approx(w / w.sum(), abs=1e-10)
+    for s in (1e-6, 1e6):
+        scaled = sdot.distance(sdot.SumOfDiracs(s * x), sdot.Grid(img, domain=((0, 0), (s, s)), mass=1.5))
+        assert float(scaled) == pytest.approx(s * s * base, rel=1e-9)
+    clustered[:50] = 0.4 + 1e-6 * rng.random((50, 2))
+    with pytest.raises(sdot.OtNotConverged, match="partial transport did not converge"):
+        plan_np(clustered, img, 1.5)
