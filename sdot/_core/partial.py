@@ -22,7 +22,7 @@ import math
 
 import array_api_compat as aac
 
-from . import _compat, geometry
+from . import _compat, geometry, newton
 from .newton import CONVERGED, MAX_ITERATIONS, STALLED, Evaluation, Solution
 from .newton_matrix import _facet_entries
 from .options import DEFAULT
@@ -76,10 +76,8 @@ def initial_weights(xp, prob, active, targets, options=DEFAULT):
     ``c`` at which no ball can hold the smallest target and the one at which every ball holds its
     whole cell.
 
-    A Voronoi cell without mass (Diracs far from the support, zero regions between them) raises
-    ``NotImplementedError``: from the balanced transport's cells, which all hold mass, the damped
-    steps crawled (2,000 Diracs on a 64x64 square on black: t ~ 1e-4 for 100 steps); such
-    densities need a continuation, as the balanced solve has."""
+    If a Voronoi cell holds no mass (Diracs far from the support, zero regions between them),
+    the start is :func:`balanced_start`."""
     cells = geometry.of_seeds(prob.seeds).power_cells(xp, prob.seeds, xp.zeros_like(targets), active,
                                                       prob.lo, prob.hi)
     k = xp.arange(cells.vertices.shape[1], device=aac.device(targets))[None, :]
@@ -90,8 +88,7 @@ def initial_weights(xp, prob, active, targets, options=DEFAULT):
     high = 1.01 * float(xp.max(reach))
     moments, facet, arc = at(high)
     if bool(xp.any(active & (moments[:, 0] <= 0))):
-        raise NotImplementedError("partial transport: some Diracs' Voronoi cells hold no mass of the target "
-                                  "(Diracs far from its support, or zero regions between them): not solved yet")
+        return balanced_start(xp, prob, active, targets, options)
     goal = options.partial_start_share * xp.minimum(targets, moments[:, 0])
     low = float(xp.min(xp.where(active, goal, xp.inf))) / (math.pi * float(xp.max(prob.density.values)))
     for _ in range(options.partial_start_bisections):
@@ -104,11 +101,48 @@ def initial_weights(xp, prob, active, targets, options=DEFAULT):
     return high * ones, Evaluation(cells, moments, facet), arc
 
 
+def balanced_start(xp, prob, active, targets, options=DEFAULT):
+    """The balanced transport's cells ``L_i`` (weights ``w``) to the target scaled to the
+    source's mass, each holding its target times ``M_t / M_s``, cut by the balls of weights
+    ``psi_i = w_i + c`` (the cells do not change with ``c``), ``c`` the smallest at which
+    every cut cell holds ``options.partial_balanced_share`` of its target (bisection). Every
+    cell then holds mass, but the balls cover most cells whole (no arc: the Newton matrix is a
+    Laplacian there), and the steps are short: 1,000 to 10,000 Diracs uniform in the unit square
+    over a 20x20 square of a 64x64 image take 30 to 130 steps (7 or 8 for their balanced transport)."""
+    ratio = float(xp.sum(prob.density.values) * xp.prod((prob.hi - prob.lo) / xp.asarray(
+        prob.density.values.shape, dtype=prob.hi.dtype, device=aac.device(targets))))
+    ratio /= float(xp.sum(xp.where(active, targets, 0.0)))
+    smallest = float(xp.min(xp.where(active, targets, xp.inf)))
+    balanced = newton.solve(xp, prob, options.partial_balanced_tol * smallest * ratio, 300, active, targets * ratio,
+                            options=options)
+    w, cells = balanced.psi, balanced.evaluation.cells
+    k = xp.arange(cells.vertices.shape[1], device=aac.device(targets))[None, :]
+    reach = xp.max(xp.where(k < cells.count[:, None], xp.sum(cells.vertices * cells.vertices, axis=2), 0.0), axis=1)
+    at = lambda c: capped(prob.seeds).capped_integrals(      # noqa: E731
+        xp, prob.seeds, cells, xp.where(active, w + c, 0.0), prob.density.values, prob.lo, prob.hi)
+    low = float(xp.max(xp.where(active, -w, -xp.inf)))          # a ball of radius 0
+    high = float(xp.max(xp.where(active, reach - w, -xp.inf))) + 1e-3 * float(xp.max(reach))   # every cell whole
+    goal = options.partial_balanced_share * targets
+    found = at(high)
+    for _ in range(options.partial_balanced_bisections):
+        mid = 0.5 * (low + high)
+        trial = at(mid)
+        if bool(xp.all(xp.where(active, trial[0][:, 0] >= goal, True))):
+            high, found = mid, trial
+        else:
+            low = mid
+    moments, facet, arc = found
+    return xp.where(active, w + high, 0.0), Evaluation(cells, moments, facet), arc
+
+
 def solve(xp, prob, tol, max_iter, active, targets, log=None, options=None):
     """Damped Newton for partial transport: a :class:`.newton.Solution` (``width`` 0). Of the
     :class:`.options.NewtonOptions` ``options``, the steps use ``growth`` (the first trial of a
     step, times the last step's), ``backtrack`` and ``min_step`` (the shortest trial: shorter,
-    the solve stalls) and the linear solver."""
+    the solve stalls) and the linear solver. A trial whose step would leave cells below the floor
+    is tried once more with those cells' weights kept (from the balanced start, whose balls cover
+    most cells whole, the Newton step shrinks them all and the cells that barely reach the
+    support fall first: 2,000 Diracs over a square on black took 121 steps without it, 31 with)."""
     options = DEFAULT if options is None else options
     solver = options.linear.solver()
     psi, ev, arc = initial_weights(xp, prob, active, targets, options)
@@ -130,6 +164,10 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, options=None):
         while t >= options.min_step:
             trial = xp.where(active, psi + t * d, 0.0)
             new, new_arc = evaluate(xp, prob, trial, active, previous=ev.cells)
+            low = active & (new.moments[:, 0] < floor)
+            if bool(xp.any(low)):           # these cells keep their weights: try again once
+                trial = xp.where(low, psi, trial)
+                new, new_arc = evaluate(xp, prob, trial, active, previous=ev.cells)
             e_new, err_new, norm_new = errors(new)
             smallest = float(xp.min(xp.where(active, new.moments[:, 0], xp.inf)))
             if smallest >= floor and norm_new <= (1.0 - 0.5 * t) * norm:
