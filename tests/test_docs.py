@@ -95,6 +95,7 @@ EXAMPLES = [("quickstart", "quickstart.py", []),
             ("euler", "gallery/euler.py", ["--n", "100", "--steps", "10", "--time", "0.05", "--out", "euler.png"]),
             ("power-diagram-geometry", "gallery/power_diagram_geometry.py",
              ["--n", "12", "--out", "power_diagram_geometry.png"]),
+            ("blue-noise", "gallery/blue_noise.py", ["--n", "100", "--size", "32", "--steps", "4", "--out", "blue_noise.png"]),
             ("quantization-3d", "gallery/quantization_3d.py",
              ["--n", "20", "--size", "8", "--iterations", "2", "--out", "quantization_3d.png"])]
 
@@ -156,6 +157,10 @@ def test_examples_run(name, example_runs):
     if name == "quantization-3d":
         values = [float(line.split("=")[1].split()[0]) for line in lines if line.startswith("iteration")]
         assert len(values) == 2 and values[1] < values[0]
+    if name == "blue-noise":           # W2^2 falls; the closest two Diracs move apart
+        steps = [_numbers(line) for line in lines if line.startswith(("start:", "step"))]
+        w2 = [row[0] for row in steps[1:]]           # start: (smallest, mean); steps: (W2^2, smallest, mean)
+        assert len(w2) == 4 and w2 == sorted(w2, reverse=True) and steps[-1][1] > 3 * steps[0][0]
     if name == "image-transport":      # W2^2 along the path below the plan's own coupling's
         path = [_numbers(line)[-2:] for line in lines if line.startswith("t = ")]
         assert len(path) == 5 and all(w <= bound * (1 + 1e-9) for w, bound in path)

@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-EXAMPLES = ("image_transport", "gaussian_mixture", "euler", "power_diagram_geometry", "quantization_3d")
+EXAMPLES = ("image_transport", "blue_noise", "gaussian_mixture", "euler", "power_diagram_geometry",
+            "quantization_3d")
 
 
 def main(names):
