@@ -39,7 +39,8 @@ def _timed(source, target, tol, repeat):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[10000, 100000])
-    parser.add_argument("--targets", nargs="+", default=["box", "gauss"], choices=["box", "gauss", "square0", "annulus", "blobs"])
+    parser.add_argument("--targets", nargs="+", default=["box", "gauss"],
+                        choices=["box", "gauss", "square0", "annulus", "blobs"])
     parser.add_argument("--tol", type=float, default=1e-10)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--peer", metavar="PYTHON", help="the interpreter of the C++ solver's environment")

@@ -95,7 +95,8 @@ EXAMPLES = [("quickstart", "quickstart.py", []),
             ("euler", "gallery/euler.py", ["--n", "100", "--steps", "10", "--time", "0.05", "--out", "euler.png"]),
             ("power-diagram-geometry", "gallery/power_diagram_geometry.py",
              ["--n", "12", "--out", "power_diagram_geometry.png"]),
-            ("blue-noise", "gallery/blue_noise.py", ["--n", "100", "--size", "32", "--steps", "4", "--out", "blue_noise.png"]),
+            ("blue-noise", "gallery/blue_noise.py",
+             ["--n", "100", "--size", "32", "--steps", "4", "--out", "blue_noise.png"]),
             ("quantization-3d", "gallery/quantization_3d.py",
              ["--n", "20", "--size", "8", "--iterations", "2", "--out", "quantization_3d.png"])]
 
