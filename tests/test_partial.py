@@ -212,6 +212,19 @@ def test_diracs_whose_voronoi_cells_hold_no_mass_take_it_from_afar():
     assert float(p.transported_mass) == pytest.approx(1.0, abs=1e-10)
 
 
+def test_far_diracs_on_every_framework(eager_backend):
+    """Diracs on black (one far outside the domain, a cluster 1e-4 wide): every framework
+    takes the NumPy plan's steps (W2^2 and masses equal to rounding)."""
+    img = np.zeros((16, 16))
+    img[6:10, 6:10] = 1.0
+    points = np.vstack([[[0.5, 0.5], [3.0, -2.0], [0.45, 0.5], [0.9, 0.2]],
+                        0.05 + 1e-4 * np.random.default_rng(0).random((8, 2))])
+    expected = plan_np(points, img, 2.0)
+    p = plan(eager_backend, points, img, 2.0)
+    assert eager_backend.to_numpy(p.cell_masses) == pytest.approx(np.full(12, 1 / 12), abs=1e-10)
+    assert float(p.distance) == pytest.approx(float(expected.distance), rel=1e-12)
+
+
 def test_most_diracs_on_black_converge_in_few_steps():
     """400 Diracs uniform in the square over a 20x20 square of a 64x64 image (nine in ten
     Voronoi cells on black): every Dirac takes its mass, in at most 25 Newton steps (43 when
