@@ -210,6 +210,31 @@ def test_conjugate_gradient_equals_scipy():
         np.testing.assert_allclose(x, spsolve(a.tocsc(), b), rtol=0, atol=1e-6 * np.abs(x).max())
 
 
+@pytest.mark.parametrize("dim", [2, 3])
+def test_tree_bounds_hold_and_fit_the_weights(dim):
+    """Each node's plane is the least-squares fit of its seeds' weights (numpy's lstsq), and
+    its bound holds: no seed under node ``k`` has a power at ``x`` below
+    ``dist(x + g_k / 2, box_k)^2 - g_k . x - K_k`` (weights varying on the domain's scale)."""
+    from sdot._core.compiled import tree
+
+    rng = np.random.default_rng(11)
+    x = rng.random((3000, dim))
+    psi = 0.3 * x[:, 0] - 0.2 * x[:, -1] ** 2 + 1e-3 * rng.random(3000) + 5.0
+    perm, start, end, lo, hi = tree.build(x, np.arange(3000), 8)
+    g, big = tree.planes(start, end, x[perm], psi[perm])
+    queries = 1.4 * rng.random((40, dim)) - 0.2
+    for k in range(start.shape[0]):
+        seeds = perm[start[k]:end[k]]
+        if seeds.shape[0] > dim + 1:
+            design = np.c_[x[seeds], np.ones(seeds.shape[0])]
+            fit = np.linalg.lstsq(design, psi[seeds], rcond=None)[0][:dim]
+            np.testing.assert_allclose(g[k], fit, rtol=0, atol=1e-9)
+        power = ((queries[:, None] - x[seeds][None]) ** 2).sum(-1) - psi[seeds][None]
+        gap = np.maximum(np.maximum(lo[k] - (queries + g[k] / 2), (queries + g[k] / 2) - hi[k]), 0)
+        bound = (gap ** 2).sum(-1) - queries @ g[k] - big[k]
+        assert np.all(power.min(axis=1) >= bound - 1e-12)
+
+
 def test_fans_equal_the_array_route():
     """The hiding step's fans in 3D: the compiled kernel gives the array kernels' numbers."""
     from sdot._core.spatial import diagram, hiding

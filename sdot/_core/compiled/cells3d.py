@@ -383,15 +383,40 @@ def clip_order(seeds, psi, active, hints, ring, rows):
     perm, start, end, nlo, nhi = _tree_of(seeds, active)
     rank = np.full(n, n, np.int64)
     rank[perm] = np.arange(perm.shape[0])
-    rows = np.ascontiguousarray(rows[np.argsort(rank[rows], kind="stable")], dtype=np.int64)
+    rows = _in_leaf_order(rows, perm, rank)
     points, weights = np.ascontiguousarray(seeds[perm]), np.ascontiguousarray(psi[perm])
-    mine = hints[rows]
-    if ring and np.all(np.any((mine >= 0) & active[np.maximum(mine, 0)], axis=1) | ~active[rows]):
+    if ring and _all_hinted(hints, active, rows):
         g, big = np.zeros((0, dim)), np.zeros(0)
         start = end = np.zeros(0, np.int64)
     else:
         g, big = tree.planes(start, end, points, weights)
     return hints, perm, rank, rows, points, weights, start, end, nlo, nhi, g, big
+
+
+def _in_leaf_order(rows, perm, rank):
+    """The ``rows`` (distinct) in the order of the tree's leaves (``perm``), the rows outside it
+    (``rank`` n) after them in their order: a stable sort by ``rank`` in linear time."""
+    n = rank.shape[0]
+    chosen = np.zeros(n, np.bool_)
+    chosen[rows] = True
+    outside = rows[rank[rows] == n]
+    return np.ascontiguousarray(np.concatenate([perm[chosen[perm]], outside]), dtype=np.int64)
+
+
+@njit
+def _all_hinted(hints, active, rows):
+    """Whether every active one of the ``rows`` has an active seed among its ``hints``."""
+    for i in rows:
+        if not active[i]:
+            continue
+        found = False
+        for j in hints[i]:
+            if j >= 0 and active[j]:
+                found = True
+                break
+        if not found:
+            return False
+    return True
 
 
 _trees = []

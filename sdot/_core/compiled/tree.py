@@ -107,47 +107,66 @@ def _select(key, perm, left, right, nth):
 @njit(allocates=True)
 def planes(start, end, points, weights):
     """``(g (nodes, d), K (nodes,))`` of the module docstring for the seeds ``points`` with
-    ``weights``, both in the tree's order (``K = inf`` under no seed: nothing to visit)."""
+    ``weights``, both in the tree's order (``K = inf`` under no seed: nothing to visit).
+
+    The least-squares sums (of ``y``, ``psi``, ``y y^T``, ``y psi`` about the seeds' mean) of a
+    node are those of its children added: one pass over the seeds for the leaves, then one
+    per node for ``e_k`` (the fit is a heuristic, the excess over it exact: at 1e5 seeds this
+    took 6 to 10 ms instead of 46 to 61 ms)."""
     n_nodes, d = start.shape[0], points.shape[1]
     g = np.zeros((n_nodes, d))
     big = np.full(n_nodes, -np.inf)
+    count = np.zeros(n_nodes)
+    sums = np.zeros((n_nodes, d + 1))                  # y - o, psi - w0
+    products = np.zeros((n_nodes, d + 1, d + 1))       # their products
     cov = np.empty((d, d))
     rhs = np.empty(d)
-    mean = np.empty(d)
+    mean = np.empty(d + 1)
+    m = end[0] - start[0] if n_nodes > 0 else 0
+    if m == 0:
+        return g, big
+    origin = np.zeros(d + 1)
+    for t in range(start[0], end[0]):
+        for a in range(d):
+            origin[a] += points[t, a] / m
+        origin[d] += weights[t] / m
+    row = np.empty(d + 1)
+    first_leaf = (n_nodes - 1) // 2
+    for k in range(n_nodes - 1, -1, -1):
+        if k >= first_leaf:
+            for t in range(start[k], end[k]):
+                for a in range(d):
+                    row[a] = points[t, a] - origin[a]
+                row[d] = weights[t] - origin[d]
+                for a in range(d + 1):
+                    sums[k, a] += row[a]
+                    for b in range(d + 1):
+                        products[k, a, b] += row[a] * row[b]
+            count[k] = end[k] - start[k]
+        else:
+            for c in (2 * k + 1, 2 * k + 2):
+                count[k] += count[c]
+                for a in range(d + 1):
+                    sums[k, a] += sums[c, a]
+                    for b in range(d + 1):
+                        products[k, a, b] += products[c, a, b]
     for k in range(n_nodes):
         s, e = start[k], end[k]
-        m = e - s
-        if m == 0:
+        if e <= s:
             continue
+        size = count[k]
+        for a in range(d + 1):
+            mean[a] = sums[k, a] / size
         for a in range(d):
-            mean[a] = 0.0
-        w_mean = 0.0
-        for t in range(s, e):
-            for a in range(d):
-                mean[a] += points[t, a]
-            w_mean += weights[t]
-        for a in range(d):
-            mean[a] /= m
-        w_mean /= m
-        for a in range(d):
-            rhs[a] = 0.0
+            rhs[a] = products[k, a, d] - size * mean[a] * mean[d]
             for b in range(d):
-                cov[a, b] = 0.0
-        for t in range(s, e):
-            dw = weights[t] - w_mean
-            for a in range(d):
-                da = points[t, a] - mean[a]
-                rhs[a] += da * dw
-                for b in range(d):
-                    cov[a, b] += da * (points[t, b] - mean[b])
-        if m > d and _solve_small(cov, rhs, g[k]):
-            pass
-        else:
+                cov[a, b] = products[k, a, b] - size * mean[a] * mean[b]
+        if not (size > d and _solve_small(cov, rhs, g[k])):
             for a in range(d):
                 g[k, a] = 0.0
-        c = w_mean
+        c = mean[d] + origin[d]
         for a in range(d):
-            c -= g[k, a] * mean[a]
+            c -= g[k, a] * (mean[a] + origin[a])
         excess = -np.inf
         for t in range(s, e):
             r = weights[t] - c
