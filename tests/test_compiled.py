@@ -319,7 +319,7 @@ def test_capped_integrals_equal_the_array_route(shape):
     against the array route (edges walked through the pixels, arcs cut at the grid lines), on
     balls inside, across and around the cells, and an empty ball."""
     from sdot._core import planar
-    from sdot._core.compiled import capped2d
+    from sdot._core.compiled import integrals2d
     from sdot._core.planar.capped import array_capped_integrals
 
     rng = np.random.default_rng(9)
@@ -330,7 +330,7 @@ def test_capped_integrals_equal_the_array_route(shape):
     psi[1] = 4.0
     img = 0.5 + rng.random(shape)
     cells = planar.power_cells(np, seeds, 0.01 * rng.random(60), np.ones(60, bool), lo, hi)
-    compiled_route = capped2d.capped_integrals(seeds, cells.vertices, cells.labels, cells.count, img, lo, hi, psi)
+    compiled_route = integrals2d.capped_integrals(seeds, cells.vertices, cells.labels, cells.count, img, lo, hi, psi)
     array_route = array_capped_integrals(np, seeds, cells, psi, img, lo, hi)
     for a, b in zip(compiled_route, array_route):
         assert a == pytest.approx(b, rel=1e-10, abs=1e-14)
