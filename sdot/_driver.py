@@ -77,7 +77,7 @@ def _check_jax_cache(value):
 
 
 def _detect_framework(environ, modules, installed=None):
-    """The framework chosen at import time (SPEC "Backends", in this order)."""
+    """The framework chosen at import time (docs/backends.md, "Which framework at import", in this order)."""
     if environ.get("SDOT_FRAMEWORK"):
         return environ["SDOT_FRAMEWORK"]
     for name in ("jax", "torch"):
