@@ -48,11 +48,9 @@ def nested_dissection(points, indptr, indices, leaf=LEAF):
     rows = np.repeat(np.arange(n), length)
     mine, theirs = path[rows], path[indices]
     level = np.where(mine != theirs, levels - np.frexp((mine ^ theirs).astype(np.float64))[1], levels)
-    degree, other = np.zeros(rows.size, np.int64), np.zeros(rows.size, np.int64)
-    for s in range(levels):                  # each end's count of edges parting at that level
-        at = np.flatnonzero(level == s)
-        count = np.bincount(rows[at], minlength=n)
-        degree[at], other[at] = count[rows[at]], count[indices[at]]
+    # each end's count of edges parting at that level (one count of (row, level) pairs)
+    count = np.bincount(rows * (levels + 1) + level, minlength=n * (levels + 1))
+    degree, other = count[rows * (levels + 1) + level], count[indices * (levels + 1) + level]
     # the end with more such edges separates (a greedy cover of the edges across the cut)
     chosen = (degree > other) | ((degree == other) & (mine < theirs))
     separated = np.full(n, levels, dtype=np.int64)             # separator level, or levels
