@@ -266,3 +266,30 @@ def test_host_modules_import_only_the_standard_library_numpy_and_scipy():
         absolute, levels = _imports(path)
         assert absolute <= allowed, (path.name, sorted(absolute - allowed))
         assert levels <= {0, 1}, path.name                       # relative: within the package only
+
+
+def test_an_eager_loop_lets_its_first_state_go():
+    """``while_loop_taking`` holds no state but the current one: the first is freed once the body
+    has replaced it (a Newton solve's first diagram, 5.6 GB at 1e6 3D seeds, stayed alive to the
+    end while the caller held it as an argument)."""
+    import gc
+    import weakref
+
+    from sdot._core import _compat
+
+    class State:
+        def __init__(self, k):
+            self.k = k
+
+    first = State(0)
+    gone = weakref.ref(first)
+    seen = []
+
+    def body(state):
+        gc.collect()
+        seen.append(gone() is None)
+        return State(state.k + 1)
+    held = [first]
+    del first
+    last = _compat.while_loop_taking(lambda s: s.k < 3, body, held)
+    assert last.k == 3 and held == [] and seen == [False, True, True]

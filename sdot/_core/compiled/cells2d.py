@@ -337,6 +337,7 @@ def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows):
         return None
     if bad.shape[0] > RING_SHARE * n:
         rows = np.arange(n)
+        moved_vx = None                         # freed first
         out = _empty(n, v_cap)
     else:
         around = labels[bad]

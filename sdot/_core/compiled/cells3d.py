@@ -452,6 +452,7 @@ def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows):
         return None
     if bad.shape[0] > RING_SHARE * n:           # every cell by the ring
         rows = np.arange(n)
+        moved_vx = None                         # freed first (at 1e6 seeds, 1.7 GB)
         out = _empty(n, labels.shape[1])
     else:
         around = labels[bad]
