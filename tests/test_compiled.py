@@ -235,6 +235,34 @@ def test_tree_bounds_hold_and_fit_the_weights(dim):
         assert np.all(power.min(axis=1) >= bound - 1e-12)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_contradicted_cells_cover_the_ring_s_errors(seed):
+    """Cells clipped only by the seeds of the previous diagram's ring, after a weight change that
+    gives some cells a neighbour beyond it: the cells whose vertices a neighbour lacks include
+    every wrong cell and none of the exact diagram's; and from that previous diagram the cells
+    (the ring repaired by the tree) equal those built afresh."""
+    from sdot._core.compiled import agreement, run_rows
+
+    rng = np.random.default_rng(seed)
+    n = 400
+    x, active = rng.random((n, 3)), np.ones(n, bool)
+    before = cells3d.power_cells(x, np.zeros(n), active, LO, HI, 48)[:6]
+    psi = 0.03 * rng.random(n)
+    exact = cells3d._empty(n, 48)
+    cells3d._clip(x, psi, active, LO, HI, None, False, np.arange(n), exact, run_rows)
+    ring = cells3d._empty(n, 48)
+    cells3d._clip(x, psi, active, LO, HI, before[4], True, np.arange(n), ring, run_rows)
+    wrong = np.array([set(exact[4][i][exact[4][i] > -7]) != set(ring[4][i][ring[4][i] > -7]) for i in range(n)])
+    assert wrong.any() and not cells3d.tiles(ring[7], LO, HI)
+    assert not np.any(wrong & ~agreement.contradicted(ring[1], ring[3], ring[4], run_rows))
+    assert not agreement.contradicted(exact[1], exact[3], exact[4], run_rows).any()
+    again = cells3d.power_cells(x, psi, active, LO, HI, 48, before)
+    assert np.all(again[-1] == cells3d.FINE)
+    volume = [integrals3d.cell_integrals(x, *c[:4], c[5], np.ones((1, 1, 1)), LO, HI, 48)[0][:, 0]
+              for c in (again, exact[:6])]
+    np.testing.assert_allclose(volume[0], volume[1], rtol=0, atol=1e-14)
+
+
 def test_fans_equal_the_array_route():
     """The hiding step's fans in 3D: the compiled kernel gives the array kernels' numbers."""
     from sdot._core.spatial import diagram, hiding

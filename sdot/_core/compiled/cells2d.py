@@ -15,10 +15,12 @@ import numpy as np
 
 from . import polygon as pg
 from ._numba import njit
-from .cells3d import BROKEN, FINE, LEAF, OVERFLOWED, RING_ALL, RING_SHARE  # noqa: F401 (the same codes)
+from .cells3d import BROKEN, FINE, LEAF, OVERFLOWED, RING_SHARE  # noqa: F401 (the same codes)
 
 #: Vertex slots of a cell while it is clipped.
 SCRATCH = 512
+#: Beyond this share of invalid moved cells, the tree clips every cell (not the ring).
+RING_ALL = 0.5
 
 
 @njit
