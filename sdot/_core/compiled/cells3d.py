@@ -39,6 +39,8 @@ from ._numba import njit
 SCRATCH_FACETS = 256
 #: Seeds per leaf of the tree (at most one more).
 LEAF = 8
+#: The label of a facet slot not in use (they follow the cell's facets).
+UNUSED = -7
 #: Per-cell results: fine, more slots needed than given, a cycle broken by rounding.
 FINE, OVERFLOWED, BROKEN = 0, 1, 2
 #: Largest share of invalid moved cells that the ring reclips with their neighbours alone;
@@ -137,7 +139,7 @@ def cells_rows(first, last, rows, seeds, psi, active, box_lo, box_hi, hints, rin
         out_size[i] = 0
         out_count[i] = 0
         for f in range(f_out):
-            out_lab[i, f] = -7
+            out_lab[i, f] = UNUSED
         if not active[i]:
             continue
         for a in range(3):
@@ -150,6 +152,8 @@ def cells_rows(first, last, rows, seeds, psi, active, box_lo, box_hi, hints, rin
         hinted = False
         for h in range(hints.shape[1]):
             j = hints[i, h]
+            if j == UNUSED:
+                break
             if j < 0 or not active[j] or stamp[rank[j]] == i:
                 continue
             stamp[rank[j]] = i
@@ -166,10 +170,14 @@ def cells_rows(first, last, rows, seeds, psi, active, box_lo, box_hi, hints, rin
         if ring and hinted:
             for h in range(hints.shape[1]):
                 a = hints[i, h]
-                if a < 0 or status >= ph.EMPTIED:
+                if a == UNUSED or status >= ph.EMPTIED:
+                    break
+                if a < 0:
                     continue
                 for h2 in range(hints.shape[1]):
                     j = hints[a, h2]
+                    if j == UNUSED:
+                        break
                     if j < 0 or not active[j] or stamp[rank[j]] == i:
                         continue
                     stamp[rank[j]] = i
@@ -354,7 +362,7 @@ def _empty(n, capacity):
     """Output arrays of :func:`cells_rows` for ``n`` cells of ``capacity`` facet slots."""
     v_cap = 3 * capacity // 2
     return (np.zeros((n, v_cap, 3)), np.zeros((n, v_cap, 3), np.int64), np.zeros((n, v_cap, 3), np.int64),
-            np.zeros(n, np.int64), np.full((n, capacity), -7, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int8),
+            np.zeros(n, np.int64), np.full((n, capacity), UNUSED, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int8),
             np.zeros(n))
 
 
