@@ -280,7 +280,8 @@ def test_gradients_on_a_line_match_finite_differences():
 
 def test_inputs_users_bring():
     """Clusters, duplicates, zero masses, a Dirac outside the box, tiny and huge domains: every
-    cell takes its mass (W2^2 scales as the domain squared); a cluster 1e-6 wide stalls loudly."""
+    cell takes its mass (W2^2 scales as the domain squared), in a cluster 1e-6 wide too; a
+    cluster 1e-9 wide stalls loudly."""
     rng = np.random.default_rng(0)
     img = 0.3 + rng.random((16, 16))
     x = rng.random((200, 2))
@@ -301,6 +302,11 @@ def test_inputs_users_bring():
     for s in (1e-6, 1e6):
         scaled = sdot.distance(sdot.SumOfDiracs(s * x), sdot.Grid(img, domain=((0, 0), (s, s)), mass=1.5))
         assert float(scaled) == pytest.approx(s * s * base, rel=1e-9)
+    wide = float(plan_np(clustered, img, 1.5).distance)
     clustered[:50] = 0.4 + 1e-6 * rng.random((50, 2))
+    p = plan_np(clustered, img, 1.5)        # (its Voronoi cells held 1e-12 of their targets)
+    assert np.asarray(p.cell_masses) == pytest.approx(np.full(200, 1 / 200), abs=1e-10)
+    assert float(p.distance) == pytest.approx(wide, rel=1e-3)   # the cluster 100 times narrower
+    clustered[:50] = 0.4 + 1e-9 * rng.random((50, 2))
     with pytest.raises(sdot.OtNotConverged, match="partial transport did not converge"):
-        plan_np(clustered, img, 1.5)
+        plan_np(clustered, img, 1.5)        # (the balanced transport stalls there too)

@@ -138,18 +138,23 @@ class NewtonOptions:
     #: found by this many bisections of its logarithm (each integrates the cut cells once).
     partial_start_share: float = 0.5
     partial_start_bisections: int = 5
-    #: Partial transport whose Voronoi cells do not all hold mass: the start is the balanced
-    #: transport's cells (the target scaled to the source's mass, solved to this fraction of
-    #: the smallest target), with the balls ``w_i + c`` of the smallest ``c`` at which every cell holds
-    #: ``partial_balanced_share`` of its target (bisected as many times as ``partial_balanced_bisections``).
-    #: 3,000 Diracs over a square on black: a share of 0.5 took 56 steps, 0.1 took 44, 0.02 took 42.
+    #: Partial transport whose Voronoi cells do not all hold this share of their targets (some
+    #: hold no mass at all) starts from the balanced transport (50 Diracs in a cluster 1e-6 wide:
+    #: the cells inside it held 1e-12 of their targets, the Newton steps that would grow them
+    #: hid others, and the solve stalled at its start).
+    partial_start_least: float = 1e-3
+    #: That start: the balanced transport's cells (the target scaled to the source's mass,
+    #: solved to ``partial_balanced_tol`` of the smallest target), with the balls ``w_i + c`` of
+    #: the smallest ``c`` at which every cell holds ``partial_balanced_share`` of its target
+    #: (bisected ``partial_balanced_bisections`` times). 3,000 Diracs over a square on black:
+    #: a share of 0.5 took 56 steps, 0.1 took 44, 0.02 took 42.
+    partial_balanced_tol: float = 1e-3
+    partial_balanced_share: float = 0.1
+    partial_balanced_bisections: int = 30
     #: Partial transport: a Newton step's first trial lowers no weight ``psi_i`` (a ball's squared
     #: radius) by more than this share of it (1e4 Diracs on the Gaussian image: 0.5 took 0.94 s,
     #: 0.75 0.70 s, 0.9 0.63 s, no limit 1.37 s).
     partial_shrink: float = 0.9
-    partial_balanced_tol: float = 1e-3
-    partial_balanced_share: float = 0.1
-    partial_balanced_bisections: int = 30
     #: The widest width of the continuation, in units of the longest side of the domain.
     widest: float = 1.0
     #: Widths narrower than this share of the longest side are not tried (the next one is

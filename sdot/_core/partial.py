@@ -82,8 +82,8 @@ def initial_weights(xp, prob, active, targets, options=DEFAULT, max_iter=300):
     ``c`` at which no ball can hold the smallest target and the one at which every ball holds its
     whole cell.
 
-    If a Voronoi cell holds no mass (Diracs far from the support, zero regions between them),
-    the start is :func:`balanced_start`."""
+    If a Voronoi cell holds less than ``options.partial_start_least`` of its target (Diracs far
+    from the support, zero regions between them, clusters), the start is :func:`balanced_start`."""
     cells = geometry.of_seeds(prob.seeds).power_cells(xp, prob.seeds, xp.zeros_like(targets), active,
                                                       prob.lo, prob.hi)
     ones = xp.where(active, xp.ones_like(targets), 0.0)
@@ -91,7 +91,7 @@ def initial_weights(xp, prob, active, targets, options=DEFAULT, max_iter=300):
     at = lambda c: integrals(xp, prob.seeds, cells, c * ones, prob.density.values, prob.lo, prob.hi)  # noqa: E731
     high = 1.01 * float(xp.max(_reach(xp, cells)))
     moments, facet, arc = at(high)
-    if bool(xp.any(active & (moments[:, 0] <= 0))):
+    if bool(xp.any(active & (moments[:, 0] <= options.partial_start_least * targets))):
         return balanced_start(xp, prob, active, targets, options, max_iter)
     goal = options.partial_start_share * xp.minimum(targets, moments[:, 0])
     low = float(xp.min(xp.where(active, goal, xp.inf))) / (math.pi * float(xp.max(prob.density.values)))
