@@ -5,6 +5,7 @@ import functools
 import math
 import numbers
 import time
+import types
 from dataclasses import dataclass, field
 
 import array_api_compat as aac
@@ -102,7 +103,9 @@ class OtPlan(JaxPytree):
         for zero): the Dirac ``positions`` (n, d), their ``weights`` (n,) (the masses before
         normalisation; SumOfDiracs has none), the grid's ``values`` (a SplineGrid's own,
         through its linear map) and its ``domain`` ``(lo, hi)``, each of shape (d,). By implicit differentiation: one sparse solve.
-        torch and JAX users differentiate the plan's arrays directly."""
+        torch and JAX users differentiate the plan's arrays directly. A partial transport plan
+        gives the tangent of ``distance`` alone (its other arrays are not differentiable yet), and
+        none along the domain (``NotImplementedError``)."""
         norm = self._normaliser("jvp")
         lo, hi = (None, None) if domain is None else (np.asarray(domain[0], float), np.asarray(domain[1], float))
         given = [None if t is None else np.asarray(t, dtype=norm.lin.seeds.dtype) for t in (positions, weights, values)]
@@ -121,7 +124,8 @@ class OtPlan(JaxPytree):
     def vjp(self, distance=None, barycenters=None, brenier_potential=None, cell_masses=None):
         """NumPy's reverse-mode derivative: the cotangents of the inputs (a dict: ``positions``,
         ``weights``, ``values``, ``domain`` as ``(lo, hi)``) of cotangents of the outputs (None
-        for zero); see :meth:`jvp`."""
+        for zero); see :meth:`jvp`. Of a partial transport plan: of a cotangent of ``distance``
+        alone, and ``domain`` None (not computed yet)."""
         norm = self._normaliser("vjp")
         lin = norm.lin
         zero = lambda shape: np.zeros(shape, dtype=lin.seeds.dtype)        # noqa: E731
@@ -131,15 +135,13 @@ class OtPlan(JaxPytree):
         rule = self._rules()
         grads = rule.vjp(lin, (cts[3],) + tuple(cts[:3]), (True,) * 5)
         positions, weights, values, lo, hi = norm.backward(*grads)
-        return dict(positions=positions, weights=weights, values=values, domain=(lo, hi))
+        partial = getattr(self.power_diagram, "capped", False)      # (its domain's derivative: not yet)
+        return dict(positions=positions, weights=weights, values=values, domain=None if partial else (lo, hi))
 
     def _normaliser(self, what):
         if self._normalisation is None and getattr(self.distance, "ndim", 0) == 1:
             raise TypeError(f"OtPlan.{what} is for the plan of one source and one target: solve the "
                             "items of a batch one by one for NumPy's derivatives")
-        if self._normalisation is None and getattr(self.power_diagram, "capped", False):
-            raise NotImplementedError(f"OtPlan.{what} of a partial transport plan is not implemented yet: "
-                                      "differentiate its distance with torch or JAX")
         if self._normalisation is None:
             raise TypeError(f"OtPlan.{what} is NumPy's: differentiate torch and JAX plans with their autodiff")
         return self._normalisation
@@ -454,7 +456,7 @@ def _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orde
     xp, prob, partial = _checked_problem(source, target)
     tol = default_tolerance() if tol is None else tol
     if partial:
-        return _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure)
+        return _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure, source, target)
     if _autodiff.transformed(prob.seeds, prob.masses, *prob.density):   # torch.func: per item, checked there
         _check_depth(prob, orders)
         return _solve_per_item(prob, _total_mass(target.astype(prob.seeds.dtype)), tol, max_iter,
@@ -467,8 +469,9 @@ def _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orde
     return out
 
 
-def _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure):
-    """The plan of a partial transport (:mod:`._partial`), refused where not solved yet."""
+def _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure, source, target):
+    """The plan of a partial transport (:mod:`._partial`), refused where not solved yet; on
+    NumPy, with the derivatives of its distance (:class:`._partial.DistanceRule`)."""
     with _driver.quiet_int64(), _driver.one_thread(xp):
         fields, sol, active, host = _partial.plan_of(xp, prob, tol, max_iter, _printer(verbose), NEWTON_OPTIONS)
     potential = _autodiff.detach(fields["brenier_potential"])
@@ -479,6 +482,10 @@ def _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure):
                                               potential, sol.evaluation.cells, sol.evaluation.moments, active)
     diagram.capped = True
     out = OtPlan(power_diagram=diagram, **fields)
+    if sol is not None and aac.is_numpy_array(out.barycenters):
+        lin = types.SimpleNamespace(seeds=host.seeds, lo=host.lo, hi=host.hi, values=host.density.values)
+        out._normalisation = _differentiable.Normalisation(source, target, lin)
+        out._kept_rule = _partial.numpy_rule(host, fields, sol, active)
     if raise_on_failure and not _driver.is_tracer(out.converged) and not bool(out.converged):
         raise OtNotConverged(f"partial transport did not converge: {_STATUS[int(out.status)]} after "
                              f"{int(out.iterations)} Newton steps, max cell-mass error {float(out.residual):.3g} "

@@ -122,6 +122,43 @@ def plan_of(xp, prob, tol, max_iter, log, options=DEFAULT):
     return fields, sol, active, host
 
 
+class DistanceRule:
+    """NumPy's :meth:`sdot.OtPlan.jvp` and :meth:`sdot.OtPlan.vjp` of a partial plan: those of
+    its ``distance`` alone, from the gradients at the optimum (the module docstring), computed
+    on the first call by ``gradients() -> (dW/dseeds, dW/dmasses, dW/dvalues)``."""
+
+    outputs = ("distance",)
+
+    def __init__(self, gradients):
+        self._gradients, self._kept = gradients, None
+
+    def _grads(self):
+        if self._kept is None:
+            self._kept = tuple(np.asarray(g) for g in self._gradients())
+        return self._kept
+
+    def jvp(self, lin, tangents):
+        """``(dW,)`` along the problem's tangents ``(seeds, masses, values, lo, hi)``."""
+        if tangents[3] is not None or tangents[4] is not None:
+            raise NotImplementedError("OtPlan.jvp of a partial transport plan along the grid's domain is not "
+                                      "implemented yet")
+        total = sum(float(np.sum(t * g)) for t, g in zip(tangents[:3], self._grads()) if t is not None)
+        return (np.asarray(total, dtype=self._grads()[0].dtype),)
+
+    def vjp(self, lin, cotangents, needs):
+        """The problem's cotangents ``(seeds, masses, values, None, None)`` of ``(distance, ...)``."""
+        if any(np.any(c != 0) for c in cotangents[1:]):
+            raise NotImplementedError("OtPlan.vjp of a partial transport plan is that of its distance: the "
+                                      "barycenters, brenier_potential and cell_masses are not differentiable yet")
+        return tuple(cotangents[0] * g for g in self._grads()) + (None, None)
+
+
+def numpy_rule(host, out, sol, active):
+    """The :class:`DistanceRule` of a plan solved on NumPy (``out``: its arrays)."""
+    return DistanceRule(lambda: (_seeds_gradient(out, host), out["brenier_potential"],
+                                 _pixel_gradients(np, host, sol, active)))
+
+
 def _seeds_gradient(out, host):
     """``2 m_i (y_i - b_i)`` (the cell masses are the Dirac masses)."""
     return 2.0 * out["cell_masses"][:, None] * (host.seeds - out["barycenters"])

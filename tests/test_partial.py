@@ -181,6 +181,35 @@ def test_gradients_match_finite_differences():
         assert float(inputs[k].grad[index]) == pytest.approx(fd, rel=1e-6, abs=1e-10)
 
 
+def test_numpy_jvp_and_vjp_of_the_distance(numpy_driver):
+    """NumPy's plan.vjp and plan.jvp of a partial plan: the derivatives of W2^2 with respect to
+    the positions, the masses before normalisation and the pixel values against central
+    differences, jvp the dot product of vjp with the tangents; what is not differentiable says so."""
+    pts, w, img = gradient_problem()
+    f = lambda p, w, v: sdot.distance(sdot.SumOfWeightedDiracs(p, w), sdot.Grid(v, mass=1.7))   # noqa: E731
+    p = sdot.optimal_transport_plan(sdot.SumOfWeightedDiracs(pts, w), sdot.Grid(img, mass=1.7))
+    grads = p.vjp(distance=1.0)
+    assert grads["domain"] is None
+    h = 1e-6
+    for k, name, index in ((0, "positions", (3, 0)), (0, "positions", (17, 1)), (1, "weights", 5),
+                           (2, "values", (2, 3)), (2, "values", (5, 0))):
+        args = [pts.copy(), w.copy(), img.copy()]
+        args[k][index] += h
+        up = float(f(*args))
+        args[k][index] -= 2 * h
+        fd = (up - float(f(*args))) / (2 * h)
+        assert float(grads[name][index]) == pytest.approx(fd, rel=1e-6, abs=1e-10)
+    rng = np.random.default_rng(4)
+    tangents = dict(positions=rng.standard_normal(pts.shape), weights=rng.standard_normal(w.shape),
+                    values=rng.standard_normal(img.shape))
+    expected = sum(float(np.sum(grads[k] * t)) for k, t in tangents.items())
+    assert float(p.jvp(**tangents)["distance"]) == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(NotImplementedError, match="distance"):
+        p.vjp(barycenters=np.ones(pts.shape))
+    with pytest.raises(NotImplementedError, match="domain"):
+        p.jvp(domain=(np.zeros(2), np.ones(2)))
+
+
 def test_jax_gradients_equal_torch_eagerly_and_under_jit(sdot_driver):
     torch = pytest.importorskip("torch")
     jax = pytest.importorskip("jax")
