@@ -75,9 +75,14 @@ def _laplacian(xp, seeds, cells, facet, active, rhs, regularisation):
 
 def _facet_entries(xp, seeds, cells, facet):
     """Eagerly, ``(rows, cols, w)`` of the edge slots with a neighbour and a nonzero
-    facet integral, in slot order: a few operations on those entries alone (measured
-    at 1e4 cells of 16 slots: about 1 ms against 6 to 10 ms for the kernel over every slot
-    with the flattening after it)."""
+    facet integral, in slot order: by the compiled kernel (:mod:`.compiled.laplacian`) where
+    it runs, else a few operations on those entries alone (measured at 1e4 cells of 16 slots:
+    about 1 ms against 6 to 10 ms for the kernel over every slot with the flattening after it)."""
+    from .compiled import laplacian
+
+    found = _compat.compiled_call(xp, laplacian.facet_entries, seeds, cells.labels, cells.count, facet)
+    if found is not None:
+        return found
     n, cap = cells.labels.shape
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(seeds))[None, :]
     is_facet = (k < cells.count[:, None]) & (cells.labels >= 0) & (facet != 0)

@@ -125,18 +125,37 @@ class FactorPCG:
         return _solve_cg(xp, rows, cols, weights, diag, rhs, rtol) if out is None else out
 
 
-def _compiled_jacobi_cg(mat, rhs, rtol, max_iter):
-    """The compiled conjugate gradient preconditioned by the diagonal
-    (:func:`..compiled.linalg.jacobi_cg`): ``(x, iterations)``, or None where the compiled
+def _compiled_jacobi_cg(mat, rhs, rtol, max_iter, points=None):
+    """The compiled conjugate gradient (:mod:`..compiled.linalg`): preconditioned by the
+    diagonal and, given the rows' ``points``, a coarse level of groups of neighbouring rows
+    (:func:`..compiled.linalg.two_level_cg`); ``(x, iterations)``, or None where the compiled
     kernels are off."""
     from .. import compiled
 
     if not compiled.enabled():
         return None
-    from ..compiled.linalg import jacobi_cg
+    from ..compiled import linalg
 
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        return jacobi_cg(mat, rhs, rtol, max_iter)
+        if points is not None:
+            found = linalg.two_level_cg(mat, rhs, rtol, max_iter, _groups_of(np.asarray(points)))
+            if found is not None:
+                return found
+        return linalg.jacobi_cg(mat, rhs, rtol, max_iter)
+
+
+_groups = []
+
+
+def _groups_of(points):
+    """:func:`..compiled.linalg.grid_groups` of ``points``, the last kept (the seeds of a
+    solve do not move between its Newton steps)."""
+    from ..compiled import linalg
+
+    key = (points.shape, hash(points.tobytes()))
+    if not _groups or _groups[0][0] != key:
+        _groups[:] = [(key, linalg.grid_groups(points))]
+    return _groups[0][1]
 
 
 def _numpy_conjugate_gradient(matvec, precondition, rhs, rtol, max_iter):

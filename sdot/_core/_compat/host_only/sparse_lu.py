@@ -67,10 +67,12 @@ class FactorCache:
 
     Seeds in 3D (``points`` of 3 columns) from ``options.jacobi_first_from_3d`` rows, at a
     loose ``rtol`` (the Newton steps ask for 1e-2), first try the conjugate gradient
-    preconditioned by the diagonal (``jacobi_cg(mat, b, rtol, max_iter) -> (x, iterations)``
-    if given and not None, the compiled one; ``jacobi_solves`` counts its successes): their
+    preconditioned by the diagonal (``jacobi_cg(mat, b, rtol, max_iter, points) -> (x,
+    iterations)`` if given and not None: the compiled one, which adds a coarse level of the
+    rows grouped by their ``points``; ``jacobi_solves`` counts its successes): their
     Newton matrices fill their factors 25 to 40 times (nested dissection, 1e4 to 3e4
-    rows), while about 50 to 100 of those iterations reach 1e-2.
+    rows), while about 50 to 100 iterations of the diagonal alone reach 1e-2 (20 to 25
+    with the coarse level at 1e5 rows).
     """
 
     def __init__(self, options, cg, jacobi_cg=None):
@@ -105,7 +107,8 @@ class FactorCache:
         n = mat.shape[0]
         three_d = points is not None and points.ndim == 2 and points.shape[1] == 3
         if three_d and n >= options.jacobi_first_from_3d and rtol >= options.jacobi_rtol_3d:
-            found = None if self.jacobi_cg is None else self.jacobi_cg(mat, b, rtol, options.jacobi_iterations_3d)
+            found = None if self.jacobi_cg is None else self.jacobi_cg(mat, b, rtol, options.jacobi_iterations_3d,
+                                                                        points)
             if found is not None:
                 x, iterations = found
                 x = x if np.linalg.norm(b - mat @ x) <= rtol * np.linalg.norm(b) else None
