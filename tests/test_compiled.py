@@ -210,6 +210,33 @@ def test_conjugate_gradient_equals_scipy():
         np.testing.assert_allclose(x, spsolve(a.tocsc(), b), rtol=0, atol=1e-6 * np.abs(x).max())
 
 
+def test_a_voronoi_diagram_clipped_first_by_the_nearest_seeds(monkeypatch):
+    """From :data:`cells3d.NEAREST_FROM` seeds of equal weights, the cells are clipped first
+    by each seed's nearest active seeds (searched once): the same cells (neighbours and
+    volumes) as the tree alone."""
+    from sdot._core._compat.host_only import triangulation
+    from sdot._core.compiled import run_rows
+
+    searched, k_nearest = [], triangulation.k_nearest
+    monkeypatch.setattr(triangulation, "k_nearest", lambda p, k: searched.append(len(p)) or k_nearest(p, k))
+
+    n = cells3d.NEAREST_FROM + 100
+    x, active = np.random.default_rng(14).random((n, 3)), np.ones(n, bool)
+    active[::50] = False
+    psi = np.full(n, 0.3)
+    got = cells3d.power_cells(x, psi, active, LO, HI, 48)
+    alone = cells3d._empty(n, 48)
+    cells3d._clip(x, psi, active, LO, HI, None, False, np.arange(n), alone, run_rows)
+    assert searched == [active.sum()]
+    assert np.all(got[-1] == cells3d.FINE) and np.all(alone[6] == cells3d.FINE)
+    for i in range(0, n, 37):
+        assert set(got[4][i][got[4][i] > cells3d.UNUSED]) == set(alone[4][i][alone[4][i] > cells3d.UNUSED])
+    volume = [integrals3d.cell_integrals(x, *c[:4], c[5], np.ones((1, 1, 1)), LO, HI, 48)[0][:, 0]
+              for c in (got, alone[:6])]
+    np.testing.assert_allclose(volume[0], volume[1], rtol=0, atol=1e-15)
+    assert volume[0][~active].max() == 0 and volume[0].sum() == pytest.approx(1.0, abs=1e-12)
+
+
 def test_two_level_conjugate_gradient_equals_scipy_in_fewer_iterations():
     """With a coarse level (groups of neighbouring rows), the compiled conjugate gradient on the
     Laplacian of a 3D neighbour graph (regularised as the Newton matrices: 1e-9 of the
