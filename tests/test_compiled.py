@@ -210,24 +210,26 @@ def test_conjugate_gradient_equals_scipy():
         np.testing.assert_allclose(x, spsolve(a.tocsc(), b), rtol=0, atol=1e-6 * np.abs(x).max())
 
 
-def test_a_voronoi_diagram_clipped_first_by_the_nearest_seeds(monkeypatch):
+def test_a_voronoi_diagram_clipped_first_by_the_nearest_seeds():
     """From :data:`cells3d.NEAREST_FROM` seeds of equal weights, the cells are clipped first
-    by each seed's nearest active seeds (searched once): the same cells (neighbours and
-    volumes) as the tree alone."""
-    from sdot._core._compat.host_only import triangulation
-    from sdot._core.compiled import run_rows
+    by each seed's nearest active seeds (the k-d tree's, equal to scipy's): the same cells
+    (neighbours and volumes) as the tree alone."""
+    from scipy.spatial import cKDTree
 
-    searched, k_nearest = [], triangulation.k_nearest
-    monkeypatch.setattr(triangulation, "k_nearest", lambda p, k: searched.append(len(p)) or k_nearest(p, k))
+    from sdot._core.compiled import run_rows
 
     n = cells3d.NEAREST_FROM + 100
     x, active = np.random.default_rng(14).random((n, 3)), np.ones(n, bool)
     active[::50] = False
+    nearest = cells3d._nearest(x, active)
+    chosen = np.flatnonzero(active)
+    distance, _ = cKDTree(x[chosen]).query(x, k=cells3d.NEAREST + 1)
+    assert np.all(active[nearest]) and np.all(nearest[active, 0] == np.flatnonzero(active))
+    np.testing.assert_allclose(np.sqrt(((x[nearest] - x[:, None]) ** 2).sum(-1)), distance, rtol=0, atol=1e-15)
     psi = np.full(n, 0.3)
     got = cells3d.power_cells(x, psi, active, LO, HI, 48)
     alone = cells3d._empty(n, 48)
     cells3d._clip(x, psi, active, LO, HI, None, False, np.arange(n), alone, run_rows)
-    assert searched == [active.sum()]
     assert np.all(got[-1] == cells3d.FINE) and np.all(alone[6] == cells3d.FINE)
     for i in range(0, n, 37):
         assert set(got[4][i][got[4][i] > cells3d.UNUSED]) == set(alone[4][i][alone[4][i] > cells3d.UNUSED])

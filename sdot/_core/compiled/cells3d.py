@@ -45,7 +45,7 @@ UNUSED = -7
 FINE, OVERFLOWED, BROKEN = 0, 1, 2
 #: Without a previous diagram, from this many seeds of equal weights (the Voronoi start) each
 #: cell is first clipped by its :data:`NEAREST` nearest seeds, then by the tree (at 1e5 seeds:
-#: 2.4-3.3 s -> 2.0-2.2 s, the nearest seeds' search included).
+#: 2.4-3.3 s -> 2.0-2.2 s with scipy's cKDTree to find them, which took 0.25 s of it).
 NEAREST_FROM, NEAREST = 5000, 12
 #: Largest share of invalid moved cells that the ring reclips with their neighbours alone;
 #: beyond, every cell by the ring.
@@ -362,14 +362,17 @@ def _equal_weights(psi, active):
 
 
 def _nearest(seeds, active):
-    """The :data:`NEAREST` nearest active seeds of each seed (itself among them; -1 where
-    fewer): the hints of a Voronoi diagram."""
-    from .._compat.host_only.triangulation import k_nearest
+    """The :data:`NEAREST` nearest active seeds of each seed (itself first among them, if
+    active; -1 where fewer): the hints of a Voronoi diagram, from the k-d tree of the cells."""
+    from . import run_rows, tree
 
-    chosen = np.flatnonzero(active)
-    k = min(NEAREST + 1, chosen.shape[0])
-    hints = np.full((seeds.shape[0], k), -1, np.int64)
-    hints[chosen] = chosen[k_nearest(seeds[chosen], k)]
+    perm, start, end, lo, hi = _tree_of(seeds, active)
+    points = np.ascontiguousarray(seeds[perm])
+    hints = np.full((seeds.shape[0], NEAREST + 1), -1, np.int64)
+    rows = _in_leaf_order(np.arange(seeds.shape[0]), perm, _rank(perm, seeds.shape[0]))   # (for the caches)
+    run_rows(lambda first, last: tree.nearest_rows(first, last, rows, seeds, perm, start, end, lo, hi, points, hints,
+                                                   np.empty(NEAREST + 1), np.empty(256, np.int64)),
+             rows.shape[0])
     return hints
 
 
@@ -414,8 +417,7 @@ def clip_order(seeds, psi, active, hints, ring, rows):
     n, dim = seeds.shape
     hints = np.zeros((n, 0), np.int64) if hints is None else np.ascontiguousarray(hints, dtype=np.int64)
     perm, start, end, nlo, nhi = _tree_of(seeds, active)
-    rank = np.full(n, n, np.int64)
-    rank[perm] = np.arange(perm.shape[0])
+    rank = _rank(perm, n)
     rows = _in_leaf_order(rows, perm, rank)
     points, weights = np.ascontiguousarray(seeds[perm]), np.ascontiguousarray(psi[perm])
     if ring and _all_hinted(hints, active, rows):
@@ -424,6 +426,13 @@ def clip_order(seeds, psi, active, hints, ring, rows):
     else:
         g, big = tree.planes(start, end, points, weights)
     return hints, perm, rank, rows, points, weights, start, end, nlo, nhi, g, big
+
+
+def _rank(perm, n):
+    """The place of each of ``n`` seeds in the tree's order ``perm`` (``n`` for those outside)."""
+    rank = np.full(n, n, np.int64)
+    rank[perm] = np.arange(perm.shape[0])
+    return rank
 
 
 def _in_leaf_order(rows, perm, rank):
