@@ -93,6 +93,8 @@ EXAMPLES = [("quickstart", "quickstart.py", []),
             ("gaussian-mixture", "gallery/gaussian_mixture.py",
              ["--size", "16", "--samples", "15", "--steps", "4", "--out", "gaussian_mixture.png"]),
             ("euler", "gallery/euler.py", ["--n", "100", "--steps", "10", "--time", "0.05", "--out", "euler.png"]),
+            ("fokker-planck", "gallery/fokker_planck.py",
+             ["--n", "200", "--steps", "4", "--time", "0.002", "--size", "48", "--out", "fokker_planck.png"]),
             ("power-diagram-geometry", "gallery/power_diagram_geometry.py",
              ["--n", "12", "--out", "power_diagram_geometry.png"]),
             ("blue-noise", "gallery/blue_noise.py",
@@ -172,6 +174,9 @@ def test_examples_run(name, example_runs):
         assert fits["jax"] == pytest.approx(fits["torch"], rel=1e-6)
     if name == "euler":                # the energy drifts by less than 1e-3 over 10 steps
         assert float(stdout.split("largest relative drift")[1].split()[0]) < 1e-3
+    if name == "fokker-planck":        # the variance follows the exact solution's; the mean stays
+        assert float(stdout.split("largest relative error of the variance")[1].split(",")[0]) < 0.02
+        assert "mean [0.5, 0.5]" in stdout
     if name == "power-diagram-geometry":
         assert "areas sum to 1.0000000000000" in stdout or "areas sum to 0.9999999999999" in stdout
         assert float(stdout.split("largest |area - asked|")[1].split()[0]) < 1e-9

@@ -11,6 +11,7 @@ import importlib.util
 import os
 import posixpath
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -69,3 +70,11 @@ def test_docs_site_builds_strict(tmp_path):
         if path.startswith("..") or not (ROOT / path).exists():
             broken.append(f"{m['page']}: {m['url']}")
     assert not broken, f"links to files that do not exist: {broken}"
+
+    # the gallery: a page per example with its picture and its code, a thumbnail linking to it
+    gallery = (site / "gallery" / "index.html").read_text()
+    build = runpy.run_path(str(ROOT / "examples" / "gallery" / "build.py"))
+    for slug, script, picture in build["GALLERY"]:
+        page = (site / "gallery" / slug / "index.html").read_text()
+        assert f'src="../{posixpath.relpath(picture, "gallery")}"' in page and "def main(" in page, slug
+        assert f'href="{slug}/"' in gallery and (ROOT / "docs" / picture).exists(), slug
