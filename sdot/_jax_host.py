@@ -28,7 +28,7 @@ import numpy as np
 
 from . import _autodiff, _differentiable, _driver
 from ._core import _compat, newton, plan, sensitivity
-from ._core._compat.host_only.threads import HOST_THREAD
+from ._host.threads import HOST_THREAD
 
 
 def takes(xp, cut) -> bool:

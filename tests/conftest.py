@@ -219,7 +219,7 @@ def numpy_driver(sdot_driver):
 def array_kernels():
     """The host runs the array-API kernels (the compiled ones off, ``HostSettings.compiled``):
     for the tests of their own machinery, and to compare the two routes."""
-    from sdot._core._compat.host_only.threads import host_settings
+    from sdot._host.threads import host_settings
 
     with host_settings(compiled=False):
         yield

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sdot._core import _compat, newton_matrix, options, planar
-from sdot._core._compat.host_only import threads as host_threads
+from sdot._host import threads as host_threads
 from sdot._core.planar import hiding, integrate, kinetic, polygons, repair
 
 

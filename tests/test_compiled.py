@@ -1,4 +1,4 @@
-"""The compiled host kernels (sdot/_core/compiled, numba) against the ground truth of scipy and
+"""The compiled host kernels (sdot/_host/compiled, numba) against the ground truth of scipy and
 against the array-API route on the same inputs (DESIGN.md rule 7).
 
 The cells in 2D and 3D (each clipped by a k-d tree of the seeds, or moved from the previous
@@ -19,9 +19,9 @@ from test_spatial import scipy_cells
 
 pytest.importorskip("numba")
 
-from sdot._core import compiled  # noqa: E402
-from sdot._core._compat.host_only.threads import host_settings  # noqa: E402
-from sdot._core.compiled import cells3d, integrals3d  # noqa: E402
+from sdot._host import compiled  # noqa: E402
+from sdot._host.threads import host_settings  # noqa: E402
+from sdot._host.compiled import cells3d, integrals3d  # noqa: E402
 
 LO, HI = np.zeros(3), np.ones(3)
 
@@ -194,7 +194,7 @@ def test_conjugate_gradient_equals_scipy():
     import scipy.sparse as sp
     from scipy.sparse.linalg import spsolve
 
-    from sdot._core.compiled.linalg import jacobi_cg
+    from sdot._host.compiled.linalg import jacobi_cg
 
     rng = np.random.default_rng(10)
     n = 3000
@@ -216,7 +216,7 @@ def test_a_voronoi_diagram_clipped_first_by_the_nearest_seeds():
     (neighbours and volumes) as the tree alone."""
     from scipy.spatial import cKDTree
 
-    from sdot._core.compiled import run_rows
+    from sdot._host.compiled import run_rows
 
     n = cells3d.NEAREST_FROM + 100
     x, active = np.random.default_rng(14).random((n, 3)), np.ones(n, bool)
@@ -248,7 +248,7 @@ def test_two_level_conjugate_gradient_equals_scipy_in_fewer_iterations():
     from scipy.spatial import cKDTree
     from scipy.sparse.linalg import spsolve
 
-    from sdot._core.compiled.linalg import grid_groups, jacobi_cg, two_level_cg
+    from sdot._host.compiled.linalg import grid_groups, jacobi_cg, two_level_cg
 
     rng = np.random.default_rng(12)
     n = 8000
@@ -278,7 +278,7 @@ def test_facet_entries_equal_the_array_route(dim):
     import array_api_compat.numpy as xnp
 
     from sdot._core import newton_matrix
-    from sdot._core.compiled import laplacian
+    from sdot._host.compiled import laplacian
 
     rng = np.random.default_rng(13)
     n, cap = 500, 12
@@ -301,7 +301,7 @@ def test_tree_bounds_hold_and_fit_the_weights(dim):
     """Each node's plane is the least-squares fit of its seeds' weights (numpy's lstsq), and
     its bound holds: no seed under node ``k`` has a power at ``x`` below
     ``dist(x + g_k / 2, box_k)^2 - g_k . x - K_k`` (weights varying on the domain's scale)."""
-    from sdot._core.compiled import tree
+    from sdot._host.compiled import tree
 
     rng = np.random.default_rng(11)
     x = rng.random((3000, dim))
@@ -327,7 +327,7 @@ def test_contradicted_cells_cover_the_ring_s_errors(seed):
     gives some cells a neighbour beyond it: the cells whose vertices a neighbour lacks include
     every wrong cell and none of the exact diagram's; and from that previous diagram the cells
     (the ring repaired by the tree) equal those built afresh."""
-    from sdot._core.compiled import agreement, run_rows
+    from sdot._host.compiled import agreement, run_rows
 
     rng = np.random.default_rng(seed)
     n = 400
@@ -384,7 +384,7 @@ def _planar(kind, rng):
 def test_planar_cells_and_integrals_equal_the_array_route(kind):
     """2D: the compiled cells (fresh, moved, reclipped) and their pixel integrals give the array
     kernels' masses, moments and edge integrals (matched by neighbour)."""
-    from sdot._core.compiled import cells2d, integrals2d
+    from sdot._host.compiled import cells2d, integrals2d
     from sdot._core.planar import diagram, integrate
 
     rng = np.random.default_rng(12)
@@ -433,7 +433,7 @@ def test_capped_integrals_equal_the_array_route(shape):
     against the array route (edges walked through the pixels, arcs cut at the grid lines), on
     balls inside, across and around the cells, and an empty ball."""
     from sdot._core import planar
-    from sdot._core.compiled import integrals2d
+    from sdot._host.compiled import integrals2d
     from sdot._core.planar.capped import array_capped_integrals
 
     rng = np.random.default_rng(9)

@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import spsolve
 
 from sdot._core._compat import linalg
-from sdot._core._compat.host_only import sparse_lu
+from sdot._host import sparse_lu
 
 FACTORS = linalg.FactorPCGOptions()
 

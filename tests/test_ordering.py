@@ -10,8 +10,8 @@ from scipy.sparse.linalg import spsolve, splu
 from scipy.spatial import Delaunay
 
 from sdot._core._compat import linalg
-from sdot._core._compat.host_only import sparse_lu
-from sdot._core._compat.host_only.ordering import nested_dissection
+from sdot._host import sparse_lu
+from sdot._host.ordering import nested_dissection
 
 FACTORS = linalg.FactorPCGOptions()
 
@@ -124,7 +124,7 @@ def test_solver_orders_its_newton_matrices_by_the_seeds(eager_backend, monkeypat
 
     import sdot
     from sdot._core import options
-    from sdot._core._compat.host_only import ordering
+    from sdot._host import ordering
 
     data = Path(__file__).parent / "data"
     sizes = []

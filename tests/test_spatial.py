@@ -110,7 +110,7 @@ def test_cells_read_in_slabs_match_qhull(weights, monkeypatch):
     the cells of seeds near the slabs' sides, cut by seeds beyond them, are clipped again,
     and every cell equals scipy's half-space intersection; the volume sum certifies them."""
     from sdot._core import geometry
-    from sdot._core._compat.host_only import slabs_3d, threads
+    from sdot._host import slabs_3d, threads
     from sdot._core.spatial import diagram, triangulated
 
     rng = np.random.default_rng(8)
@@ -311,7 +311,7 @@ def test_reference_box3d_1e3(sdot_driver, name, slabs, monkeypatch):
     triangulation read in slabs (2e4 seeds by default), thin ones."""
     from conftest import _activate
 
-    from sdot._core._compat.host_only import slabs_3d, threads
+    from sdot._host import slabs_3d, threads
 
     read = []
     if slabs:                                   # (the array kernels' route: the compiled one reads no slabs)

@@ -339,7 +339,7 @@ def test_potential_transpose(backend, problem):
 def test_slices_chunks_and_blocks(problem, monkeypatch):
     """Eagerly, in slices of 16 pieces, chunks of 50 triangles and blocks of 4 cells (on 2
     threads), the cell and potential integrals are those of one pass, to rounding."""
-    from sdot._core._compat.host_only import threads
+    from sdot._host import threads
     from sdot._core.spatial import bernstein, faces
 
     c = problem

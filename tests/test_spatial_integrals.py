@@ -118,7 +118,7 @@ def test_chunks_and_blocks(power_cells, monkeypatch, values):
     """Eagerly, in chunks of 7 triangles and blocks of 5 cells (on 2 threads), the
     integrals are those of one chunk and one block, to rounding."""
     from conftest import Backend
-    from sdot._core._compat.host_only import threads
+    from sdot._host import threads
 
     c = power_cells
     b = Backend("numpy")

@@ -251,7 +251,7 @@ def test_chunks_and_blocks(problem, monkeypatch, grid):
     """Eagerly, in chunks of 7 triangles and blocks of 4 cells (on 2 threads), the integrals
     are those of one chunk and one block, to rounding."""
     from conftest import Backend
-    from sdot._core._compat.host_only import threads
+    from sdot._host import threads
 
     c = problem
     b = Backend("numpy")

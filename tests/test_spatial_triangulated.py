@@ -31,7 +31,7 @@ def test_triangulated_cells_match_qhull(backend, weighted):
     scipy, cell by cell; most cells are read off the triangulation (not clipped)."""
     if backend.name not in ("numpy", "torch"):
         pytest.skip("eagerly on the host; JAX's eager run is the same path (its compiles cost seconds)")
-    from sdot._core._compat.host_only import cells_3d
+    from sdot._host import cells_3d
 
     rng = np.random.default_rng(7)
     n = 100
@@ -59,7 +59,7 @@ def test_combinatorics_conventions():
     """Each vertex of a read-off cell: its three facets' seeds counter-clockwise seen from
     outside (``det(y_a - y_i, y_b - y_i, y_c - y_i) > 0``), and edge ``k`` leads to a vertex
     that shares the two facets other than ``p_k``."""
-    from sdot._core._compat.host_only import cells_3d
+    from sdot._host import cells_3d
 
     rng = np.random.default_rng(3)
     n = 400

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sdot._core import _compat, planar
-from sdot._core._compat.host_only import threads as host_threads
+from sdot._host import threads as host_threads
 from sdot._core.planar import hiding, kinetic
 from sdot._core.options import DEFAULT, DIAGRAM
 from test_power_diagram import reference_cell
@@ -184,7 +184,7 @@ def test_rings_in_tiles_are_the_whole_rings_away_from_the_hull(monkeypatch, n, s
     box's sides, half of them on the hull); the same
     seeds are hidden (weights of random sign: 1433 of 20000 at 1e-5), also when the
     tiles stop at a hidden seed; each active point is its own in one tile."""
-    from sdot._core._compat.host_only import triangulation
+    from sdot._host import triangulation
 
     rng = np.random.default_rng(0)
     seeds, psi, active = rng.random((n, 2)), spread * rng.standard_normal(n), rng.random(n) > 0.05
@@ -215,7 +215,7 @@ def test_rings_take_a_tile_per_thread_from_enough_points(monkeypatch, n, in_tile
     """Qhull releases the GIL: from TILED_FROM active points the rings are triangulated in
     at least one tile per thread (here 3), below in one piece; each point's ring is the
     whole triangulation's away from the hull."""
-    from sdot._core._compat.host_only import triangulation
+    from sdot._host import triangulation
 
     seeds = np.random.default_rng(1).random((n, 2))
     active = np.ones(n, bool)
@@ -243,7 +243,7 @@ def test_solver_with_rings_in_tiles(eager_backend, monkeypatch, case, array_kern
     without a host, by clipping, with no triangulation)."""
     import sdot
     from conftest import solve_with
-    from sdot._core._compat.host_only import triangulation
+    from sdot._host import triangulation
     from test_solver import REF_BOX_1E3, REF_GAUSS_1E3, load
 
     tiles = []

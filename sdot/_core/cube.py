@@ -1,5 +1,5 @@
 """The unit cube in the layout of the 3D cells (:mod:`.spatial.polyhedra`), the start of
-every cell: shared by the array kernels and the compiled ones (:mod:`.compiled.cells3d`)."""
+every cell: shared by the array kernels and the compiled ones (:mod:`sdot._host.compiled.cells3d`)."""
 from __future__ import annotations
 
 

@@ -75,10 +75,10 @@ def _laplacian(xp, seeds, cells, facet, active, rhs, regularisation):
 
 def _facet_entries(xp, seeds, cells, facet):
     """Eagerly, ``(rows, cols, w)`` of the edge slots with a neighbour and a nonzero
-    facet integral, in slot order: by the compiled kernel (:mod:`.compiled.laplacian`) where
+    facet integral, in slot order: by the compiled kernel (:mod:`sdot._host.compiled.laplacian`) where
     it runs, else a few operations on those entries alone (measured at 1e4 cells of 16 slots:
     about 1 ms against 6 to 10 ms for the kernel over every slot with the flattening after it)."""
-    from .compiled import laplacian
+    from .._host.compiled import laplacian
 
     found = _compat.compiled_call(xp, laplacian.facet_entries, seeds, cells.labels, cells.count, facet)
     if found is not None:

@@ -50,9 +50,9 @@ def solve_plan(xp, prob, tol, max_iter, log=None, capacity=None, options=DEFAULT
 
 def _spatial_order(xp, seeds):
     """Where the compiled kernels run (:func:`.._compat.compiled_call`), an order of the seeds in
-    which neighbours are close (:func:`.compiled.tree.spatial_order`); else None."""
+    which neighbours are close (:func:`sdot._host.compiled.tree.spatial_order`); else None."""
     def kernel(points):
-        from .compiled import tree
+        from .._host.compiled import tree
 
         return (tree.spatial_order(points),)
     found = _compat.compiled_call(xp, kernel, seeds)

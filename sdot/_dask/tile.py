@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from .._core import geometry, newton
-from .._core._compat.host_only.threads import host_settings
+from .._host.threads import host_settings
 from . import dimensions, setup, tiling
 from .tile_system import TileSystem, cells_of, kept
 

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._core import newton_matrix
-from .._core._compat.host_only import sparse_lu
+from .._host import sparse_lu
 from .._core._compat.linalg import FactorPCGOptions
 
 

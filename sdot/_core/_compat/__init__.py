@@ -5,7 +5,7 @@ array-API fallback (exercised by the ``array_api_strict`` test backend).
 Platform accelerations (scipy's cKDTree, Qhull and sparse LU, ``np.bincount``,
 ``Tensor.index_add``, ``jax.ops.segment_sum``) are used when the arrays live
 on the CPU and are concrete (not traced); the host-only ones (NumPy in, NumPy out:
-scipy, the thread pools) are in :mod:`sdot._core._compat.host_only`, called here on NumPy views.
+scipy, the thread pools) are in :mod:`sdot._host`, called here on NumPy views.
 
 This is the only package of ``sdot._core`` that may import a framework:
 

@@ -1,13 +1,13 @@
 """Control flow that traces under JAX: loops, conditionals, jitted kernels, blocks.
 
 The blocks run on the host's threads with the process's settings (``settings()`` below:
-:func:`.host_only.threads.settings`).
+:func:`sdot._host.threads.settings`).
 """
 from __future__ import annotations
 
 import array_api_compat as aac
 
-from .host_only import threads as host_threads
+from ..._host import threads as host_threads
 from .host import is_traced
 
 

@@ -3,7 +3,7 @@
 Eagerly, NumPy arrays, CPU torch tensors and concrete CPU JAX arrays have NumPy
 views (no copy); under ``jax.jit`` on the CPU a host function runs through
 ``jax.pure_callback``. Elsewhere (GPU, array_api_strict) the host is not used. The
-host functions themselves (NumPy in, NumPy out) are in :mod:`.host_only`.
+host functions themselves (NumPy in, NumPy out) are in :mod:`sdot._host`.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import array_api_compat as aac
 import numpy as np
 
-from .host_only.threads import HOST_THREAD
+from ..._host.threads import HOST_THREAD
 
 
 def is_traced(*xs) -> bool:
@@ -116,7 +116,7 @@ def host_callback(xp, fn, result_shape, result_dtype, *args):
 
     Eagerly on CPU arrays: directly (NumPy views, no copy). Under ``jax.jit`` on the
     CPU: ``jax.pure_callback`` (sequential under ``vmap``), ``fn`` running on
-    :data:`.host_only.threads.HOST_THREAD`. Returns None where the host is not reachable
+    :data:`sdot._host.threads.HOST_THREAD`. Returns None where the host is not reachable
     without a device copy (GPU, array_api_strict): the caller then uses its pure
     array-API fallback.
     """
@@ -152,7 +152,7 @@ def _without_x64(dtype):
 def compiled_call(xp, kernel, *args):
     """``kernel(*views)`` (a tuple of NumPy arrays, or None) on NumPy views of the concrete CPU
     arrays ``args``, brought back into ``xp`` like ``args[0]``, where the compiled host kernels
-    run (:mod:`sdot._core.compiled`: eagerly, with numba, ``HostSettings.compiled`` on); else None
+    run (:mod:`sdot._host.compiled`: eagerly, with numba, ``HostSettings.compiled`` on); else None
     (the caller runs its array kernels). The kernels compute in FP64; their floating-point
     results come back in the dtype of ``args[0]`` (FP32 inputs get FP32 results, computed more
     exactly)."""
@@ -161,7 +161,7 @@ def compiled_call(xp, kernel, *args):
     host = [host_view(a) for a in args]
     if any(h is None for h in host):
         return None
-    from .. import compiled
+    from ..._host import compiled
 
     if not compiled.enabled():
         return None

@@ -6,7 +6,7 @@ and :class:`JacobiPCG`, Jacobi-preconditioned conjugate gradient in pure array A
 made by its options (a frozen dataclass, hashable: a static argument under ``jax.jit``),
 ``options.solver()``, once per Newton solve: what it keeps between the solves of the Newton
 steps (factors) belongs to that solve, not to the process. The factors, their ordering and
-the host's conjugate gradient are in :mod:`.host_only.sparse_lu`.
+the host's conjugate gradient are in :mod:`sdot._host.sparse_lu`.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Protocol
 import array_api_compat as aac
 import numpy as np
 
-from .host_only import sparse_lu
+from ..._host import sparse_lu
 from .arrays import segment_sum
 from .control import while_loop
 from .host import host_callback
@@ -71,7 +71,7 @@ class FactorPCGOptions:
     max_iterations: int = 40
     #: Iterations of a solve preconditioned by the factors of the previous Newton matrix (3 to
     #: 15 measured); iterations beyond it are what older factors cost (see
-    #: :class:`.host_only.sparse_lu.FactorCache`).
+    #: :class:`sdot._host.sparse_lu.FactorCache`).
     fresh_iterations: int = 10
     #: Relative change of the diagonal beyond which a matrix is another problem's, whose factors
     #: are not tried (one solve's Newton matrices: at most 0.6; another point set: about 1).
@@ -87,7 +87,7 @@ class FactorPCGOptions:
     nested_dissection_from_3d: int = 5_000
     #: Rows of 3D seeds from which a solve to at least ``jacobi_rtol_3d`` first tries the
     #: conjugate gradient preconditioned by the diagonal, within ``jacobi_iterations_3d``
-    #: iterations (see :class:`.host_only.sparse_lu.FactorCache`).
+    #: iterations (see :class:`sdot._host.sparse_lu.FactorCache`).
     jacobi_first_from_3d: int = 5_000
     jacobi_rtol_3d: float = 1e-3
     jacobi_iterations_3d: int = 400
@@ -101,11 +101,11 @@ class FactorPCG:
     """:class:`LinearSolver`: on the host, in FP64, conjugate gradient preconditioned by
     the sparse LU factors of an earlier matrix of this solver (successive Newton matrices
     differ little) while they are worth keeping (``cache``, a
-    :class:`.host_only.sparse_lu.FactorCache`), or, when that does not reach ``rtol`` in
+    :class:`sdot._host.sparse_lu.FactorCache`), or, when that does not reach ``rtol`` in
     ``max_iterations`` iterations, a new factorisation (scipy's SuperLU in symmetric mode;
     FP32 factors from ``fp32_factors_from`` rows), kept for the next solve; given the
     ``points``, from ``nested_dissection_from`` rows the factors are those of the matrix
-    reordered by :func:`.host_only.ordering.nested_dissection`. Where the host is not reachable
+    reordered by :func:`sdot._host.ordering.nested_dissection`. Where the host is not reachable
     (GPU, array_api_strict), :class:`JacobiPCG`. Under ``jax.jit`` the host callback runs
     the solves on this solver's cache.
     """
@@ -126,15 +126,15 @@ class FactorPCG:
 
 
 def _compiled_jacobi_cg(mat, rhs, rtol, max_iter, points=None):
-    """The compiled conjugate gradient (:mod:`..compiled.linalg`): preconditioned by the
+    """The compiled conjugate gradient (:mod:`sdot._host.compiled.linalg`): preconditioned by the
     diagonal and, given the rows' ``points``, a coarse level of groups of neighbouring rows
-    (:func:`..compiled.linalg.two_level_cg`); ``(x, iterations)``, or None where the compiled
+    (:func:`sdot._host.compiled.linalg.two_level_cg`); ``(x, iterations)``, or None where the compiled
     kernels are off."""
-    from .. import compiled
+    from ..._host import compiled
 
     if not compiled.enabled():
         return None
-    from ..compiled import linalg
+    from ..._host.compiled import linalg
 
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         if points is not None:
@@ -148,9 +148,9 @@ _groups = []
 
 
 def _groups_of(points):
-    """:func:`..compiled.linalg.grid_groups` of ``points``, the last kept (the seeds of a
+    """:func:`sdot._host.compiled.linalg.grid_groups` of ``points``, the last kept (the seeds of a
     solve do not move between its Newton steps)."""
-    from ..compiled import linalg
+    from ..._host.compiled import linalg
 
     key = (points.shape, hash(points.tobytes()))
     if not _groups or _groups[0][0] != key:
@@ -160,7 +160,7 @@ def _groups_of(points):
 
 def _numpy_conjugate_gradient(matvec, precondition, rhs, rtol, max_iter):
     """:func:`conjugate_gradient` on the host's NumPy arrays (the preconditioned solves of
-    :class:`.host_only.sparse_lu.FactorCache`)."""
+    :class:`sdot._host.sparse_lu.FactorCache`)."""
     import array_api_compat.numpy as npx
 
     return conjugate_gradient(npx, matvec, precondition, rhs, rtol, max_iter)

@@ -1,11 +1,11 @@
 """Neighbours: k nearest, Delaunay and regular triangulations (scipy on the host,
-:mod:`.host_only.triangulation`; a brute force in pure array API otherwise)."""
+:mod:`sdot._host.triangulation`; a brute force in pure array API otherwise)."""
 from __future__ import annotations
 
 import numpy as np
 
-from .host_only import slabs_3d
-from .host_only import triangulation as host_triangulation
+from ..._host import slabs_3d
+from ..._host import triangulation as host_triangulation
 from .arrays import dot
 from .host import from_host, host_callback, host_view, is_traced, on_host
 
@@ -66,8 +66,8 @@ def regular_cell_combinatorics(xp, points, weights, active, f_cap: int, v_cap: i
     """The 3D power cells' combinatorics read off the regular triangulation of the active
     ``points`` with ``weights`` (None: equal weights, Delaunay), in ``f_cap`` facet and
     ``v_cap`` vertex slots: a dict of arrays, see
-    :func:`.host_only.cells_3d.cell_combinatorics`, read in ``slabs`` slabs on the threads
-    (default: one per thread, see :mod:`.host_only.slabs_3d`; then ``slabs`` in the dict
+    :func:`sdot._host.cells_3d.cell_combinatorics`, read in ``slabs`` slabs on the threads
+    (default: one per thread, see :mod:`sdot._host.slabs_3d`; then ``slabs`` in the dict
     is true and the cells are to be certified). Eagerly on the host only (scipy's Qhull);
     None otherwise or if Qhull fails."""
     found = on_host(lambda p, a, *w: slabs_3d.slab_cell_combinatorics(p, w[0] if w else None, a, f_cap, v_cap, slabs),
@@ -86,7 +86,7 @@ def regular_rings(xp, points, weights, active, stop_if_hidden=False, *, tile_poi
     neighbour, in no useful order. Hidden and inactive points have count 0.
     ``stop_if_hidden``: if an active point is hidden, only ``count`` is right.
     Eagerly on the host only (scipy's Qhull, in tiles of about ``tile_points`` points,
-    see :func:`.host_only.triangulation.tiled_rings`); None otherwise or if Qhull fails.
+    see :func:`sdot._host.triangulation.tiled_rings`); None otherwise or if Qhull fails.
     """
     found = on_host(lambda *a: host_triangulation.tiled_rings(*a, stop_if_hidden, tile_points=tile_points),
                     points, weights, active)

@@ -42,9 +42,9 @@ def capped_integrals(xp, seeds, cells, psi, density, lo, hi):
     density integrated along the arcs of its boundary (n,), for a pixel density ``density``
     (``(1, 1)``: uniform) on the box ``[lo, hi]``; ``B_i`` is ``|x - y_i|^2 <= psi_i`` (empty
     where ``psi_i <= 0``). Eager; on the host by the compiled kernel
-    (:func:`..compiled.integrals2d.capped_integrals`)."""
+    (:func:`sdot._host.compiled.integrals2d.capped_integrals`)."""
     def kernel(*host):
-        from ..compiled import integrals2d
+        from ..._host.compiled import integrals2d
 
         return integrals2d.capped_integrals(*host)
     found = _compat.compiled_call(xp, kernel, seeds, cells.vertices, cells.labels, cells.count, density, lo, hi, psi)

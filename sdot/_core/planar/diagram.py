@@ -146,14 +146,14 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
 
 
 def _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_empty):
-    """Eagerly on the host, every cell by the compiled kernel (:func:`..compiled.cells2d.power_cells`:
+    """Eagerly on the host, every cell by the compiled kernel (:func:`sdot._host.compiled.cells2d.power_cells`:
     the previous cells moved or each cell clipped on its own, by a k-d tree of the seeds, exact
     whatever the weights); None where it does not run (traced or device arrays, numba missing
     or turned off). ``stop_if_empty``: a cell found empty leaves the diagram uncertified."""
     past = () if previous is None else (previous.vertices, previous.labels, previous.count)
 
     def kernel(seeds, psi, active, lo, hi, *past):
-        from ..compiled import cells2d
+        from ..._host.compiled import cells2d
 
         slots = capacity
         while True:

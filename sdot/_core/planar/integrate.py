@@ -262,10 +262,10 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
     Eagerly in blocks of rows (:func:`.._compat.blockwise`): the per-piece
     temporaries of all edges at once would dominate the memory of a solve. The prefix
     tables of the density are computed once, not per block. Eagerly on the host, by the
-    compiled kernel (:func:`..compiled.integrals2d.cell_integrals`).
+    compiled kernel (:func:`sdot._host.compiled.integrals2d.cell_integrals`).
     """
     def kernel(*host):
-        from ..compiled import integrals2d
+        from ..._host.compiled import integrals2d
 
         return integrals2d.cell_integrals(*host)
     found = _compat.compiled_call(xp, kernel, seeds, cells.vertices, cells.labels, cells.count, density, lo, hi)

@@ -88,7 +88,7 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
 
 
 def _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_empty):
-    """Eagerly on the host, every cell by the compiled kernel (:func:`..compiled.cells3d.power_cells`:
+    """Eagerly on the host, every cell by the compiled kernel (:func:`sdot._host.compiled.cells3d.power_cells`:
     the previous cells moved or each cell clipped on its own, by a k-d tree of the seeds, exact
     whatever the weights); None where it does not run (traced or device arrays, numba missing
     or turned off) or where rounding broke a cell (the array kernels then build the diagram)."""
@@ -96,7 +96,7 @@ def _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_
     past = () if previous is None else tuple(getattr(previous, f) for f in fields)
 
     def kernel(seeds, psi, active, lo, hi, *past):
-        from ..compiled import cells3d
+        from ..._host.compiled import cells3d
 
         slots = capacity
         while True:

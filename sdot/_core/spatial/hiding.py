@@ -41,10 +41,10 @@ def fans(xp, seeds, psi, active, cells):
 
 
 def _compiled_fans(xp, seeds, psi, active, cells):
-    """Eagerly on the host, :func:`fans` by the compiled kernel (:mod:`..compiled.hiding3d`:
+    """Eagerly on the host, :func:`fans` by the compiled kernel (:mod:`sdot._host.compiled.hiding3d`:
     the same numbers, cell by cell); None where it does not run."""
     def kernel(*host):
-        from ..compiled import hiding3d
+        from ..._host.compiled import hiding3d
 
         return hiding3d.fans(*host)
     return _compat.compiled_call(xp, kernel, seeds, psi, active, cells.labels, cells.count, cells.size, cells.corners)

@@ -41,10 +41,10 @@ def cell_integrals(xp, seeds, cells, values, lo, hi):
 
 def _compiled_integrals(xp, seeds, cells, values, lo, hi):
     """Eagerly on the host, :func:`cell_integrals` by the compiled kernel
-    (:func:`..compiled.integrals3d.cell_integrals`: each cell cut into its pieces in the voxels,
+    (:func:`sdot._host.compiled.integrals3d.cell_integrals`: each cell cut into its pieces in the voxels,
     each integrated in closed form); None where it does not run."""
     def kernel(*host):
-        from ..compiled import integrals3d
+        from ..._host.compiled import integrals3d
 
         return integrals3d.cell_integrals(*host, cells.labels.shape[1])
     return _compat.compiled_call(xp, kernel, seeds, cells.vertices, cells.corners, cells.adjacent, cells.size,

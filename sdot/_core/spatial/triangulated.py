@@ -1,6 +1,6 @@
 """Power cells read off the regular triangulation instead of clipped (eagerly, on a host).
 
-The combinatorics come from Qhull (:func:`.._compat.host_only.cells_3d.cell_combinatorics`):
+The combinatorics come from Qhull (:func:`sdot._host.cells_3d.cell_combinatorics`):
 each tetrahedron is a vertex of the cells of its four corners, with its three facets and
 edges. The vertices are then the meeting points of their three facets' planes (Cramer's
 rule) of each tetrahedron, seen from each of its corners, in the caller's arrays. What is left to clip:
@@ -30,7 +30,7 @@ def triangulated_cells(xp, seeds, psi, active, lo, hi, capacity: int, clipped_ro
     ``clipped_rows(rows, table_rows)``: the cells of the seeds ``rows`` clipped from the box
     by ``table_rows``, for the cells that cannot be read off. ``slabs``: the triangulation is
     read in that many slabs (default: one per thread from
-    :data:`.._compat.host_only.slabs_3d.SLABS_FROM` seeds, 1: at once). Returns ``(cells,
+    :data:`sdot._host.slabs_3d.SLABS_FROM` seeds, 1: at once). Returns ``(cells,
     table, slabbed)``, ``table`` (n, W) the neighbours of every seed (-1 padding),
     uncertified cells, ``slabbed`` whether they were read in slabs (then supersets of the
     true cells, certified by the volume sum)."""

@@ -16,7 +16,7 @@ the slab). Every cell being a superset of the true one, the volume sum then cert
 whole diagram (:func:`..spatial.diagram.regular_cells`, which otherwise reads the whole
 triangulation at once, as it does if Qhull fails in a slab).
 
-NumPy in, NumPy out (see :mod:`sdot._core._compat.host_only`).
+NumPy in, NumPy out (see :mod:`sdot._host`).
 """
 from __future__ import annotations
 

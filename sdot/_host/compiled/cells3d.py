@@ -400,7 +400,7 @@ def _empty(n, capacity):
 def _clip(seeds, psi, active, lo, hi, hints, ring, rows, out, run_rows):
     """:func:`cells_rows` of the seeds ``rows`` into ``out`` (the tree unless ``ring``), in the
     order of the tree's leaves (:func:`clip_order`)."""
-    from ..cube import corners_planes_adjacent
+    from sdot._core.cube import corners_planes_adjacent      # the layout of the array kernels' cells
 
     n = seeds.shape[0]
     hints, perm, rank, rows, points, weights, *bounds = clip_order(seeds, psi, active, hints, ring, rows)

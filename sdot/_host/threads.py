@@ -41,7 +41,7 @@ class HostSettings:
     block: int = 16384
     #: Fewest rows per block worth a thread.
     min_block: int = 2048
-    #: Whether the compiled host kernels (:mod:`sdot._core.compiled`, numba) run where they
+    #: Whether the compiled host kernels (:mod:`sdot._host.compiled`, numba) run where they
     #: can: ``SDOT_COMPILED`` (default on; "0" runs the array-API kernels on the host too).
     compiled: bool = dataclasses.field(default_factory=_compiled_from_environment)
     #: Vertex slots of the narrow pass of ``_compat.slotwise`` (98% of the cells of uniform

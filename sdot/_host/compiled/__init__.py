@@ -10,7 +10,7 @@ tests compare these with.
 - :mod:`.cells3d`: the power cells in 3D, each clipped on its own;
 - :mod:`.integrals3d`: exact integrals of a voxel density over them.
 
-Like :mod:`.._compat.host_only`, the modules import only the standard library, NumPy and
+Like :mod:`sdot._host`, the modules import only the standard library, NumPy and
 numba, and never see an ``xp`` namespace. Kernels are compiled once per environment and
 cached on disk; without numba (an optional dependency) the array-API kernels run and
 :func:`enabled` warns once.
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import warnings
 
-from .._compat.host_only import threads as host_threads
+from .. import threads as host_threads
 from ._numba import numba
 
 

@@ -1,6 +1,6 @@
 """Neighbours on the host: k nearest (cKDTree), Delaunay and regular triangulations (Qhull).
 
-NumPy in, NumPy out (see :mod:`sdot._core._compat.host_only`); :mod:`sdot._core._compat.triangulation`
+NumPy in, NumPy out (see :mod:`sdot._host`); :mod:`sdot._core._compat.triangulation`
 calls these on NumPy views and has the array-API fallbacks.
 """
 from __future__ import annotations

@@ -9,7 +9,7 @@ the one opposite ``a`` in Qhull's ``neighbors``. So the cells need no clipping, 
 that reach beyond the box (clipped by its sides afterwards) and those of seeds on the
 triangulation's hull, whose cells are unbounded (a tetrahedron missing across a face).
 
-NumPy in, NumPy out (see :mod:`sdot._core._compat.host_only`): integer arrays in the
+NumPy in, NumPy out (see :mod:`sdot._host`): integer arrays in the
 layout of :mod:`sdot._core.spatial.polyhedra` (``labels``, ``count``, ``corners``,
 ``adjacent``, ``size``); the vertices are computed by the caller, in its own arrays.
 """
