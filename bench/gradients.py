@@ -74,15 +74,15 @@ def run_one(backend, n, repeat):
             out[name] = time.perf_counter() - start
         with_grad("values")
     else:
-        from sdot import _api
+        from sdot import _checks
         from sdot._core import gradients, plan
 
         def forward():
             return float(sdot.distance(sdot.SumOfDiracs(x_np), sdot.Grid(img_np)))
 
         def with_grad(wrt):
-            src, tgt = _api._check_pair(sdot.SumOfDiracs(x_np), sdot.Grid(img_np))
-            xp, prob = _api._problem(src, tgt)
+            src, tgt = _checks.check_pair(sdot.SumOfDiracs(x_np), sdot.Grid(img_np))
+            xp, prob = _checks.problem(src, tgt)
             res = plan.solve_plan(xp, prob, sdot.default_tolerance(), 100)
             needs = (wrt == "positions", False, wrt == "values")
             return gradients.gradients(xp, prob.seeds, prob.masses, prob.density, res["state"], needs)

@@ -3,7 +3,7 @@
 
 Under ``jax.jit`` (``vmap``, ``scan``...) the arrays are tracers: their values exist only
 when the compiled program runs. On the CPU the program can still call the host, so the whole
-solve is one ``jax.pure_callback`` of the NumPy core, as eagerly (``_api._solve_on_host``):
+solve is one ``jax.pure_callback`` of the NumPy core, as eagerly (``_routes.solve_on_host``):
 the user's program holds a callback instead of the traced solve, compiles in well under a
 second at every size, and runs at the NumPy core's speed.
 

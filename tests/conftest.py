@@ -191,10 +191,10 @@ def solve_with(options, source, target, tol, log=None, max_iter=300):
     """:func:`sdot.optimal_transport_plan` (the partial plan if not converged, no exception)
     solved with the Newton ``options`` (a :class:`sdot._core.options.NewtonOptions`) and,
     if given, the step ``log(step, residual, damping, width)``."""
-    from sdot import _api
+    from sdot import _checks, _routes
 
-    xp, prob = _api._problem(*_api._check_pair(source, target))
-    return _api._solve(xp, prob, tol, max_iter, log, False, options)[0]
+    xp, prob = _checks.problem(*_checks.check_pair(source, target))
+    return _routes.solve(xp, prob, tol, max_iter, log, False, options)[0]
 
 
 @pytest.fixture
@@ -291,7 +291,7 @@ SLOW_TESTS = (
 
 #: The tests (``"module.py"`` or ``"module.py::test"``) that call the core's kernels directly.
 #: Eager JAX never runs them on the CPU (concrete JAX arrays are solved by the NumPy core on
-#: the host, ``sdot._api``): they run on JAX under ``jit`` ("jax-jit"), and their eager code
+#: the host, ``sdot._routes``): they run on JAX under ``jit`` ("jax-jit"), and their eager code
 #: paths on numpy, torch and array_api_strict.
 KERNEL_TESTS = ("test_integrals.py", "test_update.py", "test_agreement.py", "test_trials.py", "test_repair.py",
                 "test_sensitivity_integrals.py", "test_spatial_integrals.py", "test_spatial_sensitivity_integrals.py",

@@ -70,13 +70,13 @@ def reference():
 def test_core_gradients_match_finite_differences(sdot_driver, reference):
     """NumPy has no autodiff: the core's analytic gradients, chained by hand through
     the normalisation ``m = w / sum(w)``, ``rho = v / int(v)``."""
-    from sdot import _api
+    from sdot import _checks
     from sdot._core import gradients, plan
 
     sdot_driver.framework = "numpy"
     x, w, img = problem()
-    src, tgt = _api._check_pair(sdot.SumOfWeightedDiracs(x, w), sdot.Grid(img))
-    xp, prob = _api._problem(src, tgt)
+    src, tgt = _checks.check_pair(sdot.SumOfWeightedDiracs(x, w), sdot.Grid(img))
+    xp, prob = _checks.problem(src, tgt)
     state = plan.solve_plan(xp, prob, TOL, 100)["state"]
     gy, gm, grho = gradients.gradients(xp, prob.seeds, prob.masses, prob.density, state)
     gw = (gm - np.sum(gm * prob.masses)) / w.sum()             # d/dw of W(w / sum w)
@@ -195,7 +195,7 @@ def test_jax_solves_of_one_shape_compile_once_and_keep_no_factors():
     import dataclasses
 
     from conftest import solve_with
-    from sdot import _api
+    from sdot import _routes
     from sdot._core import options
 
     x, w, img = problem(5)
@@ -205,10 +205,10 @@ def test_jax_solves_of_one_shape_compile_once_and_keep_no_factors():
         source = sdot.SumOfWeightedDiracs(jnp.asarray(positions), jnp.asarray(w))
         return solve_with(newton_options, source, sdot.Grid(jnp.asarray(img)), 1e-10)
     first = plan(x, options.DEFAULT)
-    compiled = _api._jax_solve_plan()._cache_size()
+    compiled = _routes.jax_solve_plan()._cache_size()
     plan(nearby, dataclasses.replace(options.DEFAULT))
     again = plan(x, dataclasses.replace(options.DEFAULT))
-    assert _api._jax_solve_plan()._cache_size() == compiled
+    assert _routes.jax_solve_plan()._cache_size() == compiled
     assert bool(first.converged)
     for name in ("distance", "brenier_potential", "cell_masses", "barycenters", "iterations"):
         np.testing.assert_array_equal(np.asarray(getattr(again, name)), np.asarray(getattr(first, name)), name)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import sdot
-from sdot import _api
+from sdot import _routes
 from sdot._core import plan
 
 jax = pytest.importorskip("jax")
@@ -18,7 +18,7 @@ def solves(monkeypatch, sdot_driver):
     """The namespaces the core solved with, and whether the compiled JAX solve ran."""
     sdot_driver.framework, sdot_driver.dtype = "jax", "FP64"
     seen = {"core": [], "compiled": 0}
-    real_solve, real_compiled = plan.solve_plan, _api._jax_solve_plan
+    real_solve, real_compiled = plan.solve_plan, _routes.jax_solve_plan
 
     def solve_plan(xp, *args, **kwargs):
         seen["core"].append(xp.__name__ if hasattr(xp, "__name__") else type(xp).__name__)
@@ -28,7 +28,7 @@ def solves(monkeypatch, sdot_driver):
         seen["compiled"] += 1
         return real_compiled()
     monkeypatch.setattr(plan, "solve_plan", solve_plan)
-    monkeypatch.setattr(_api, "_jax_solve_plan", compiled)
+    monkeypatch.setattr(_routes, "jax_solve_plan", compiled)
     return seen
 
 

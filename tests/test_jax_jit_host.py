@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import sdot
-from sdot import _api, _jax_host
+from sdot import _jax_host, _routes
 
 jax = pytest.importorskip("jax")
 jnp = jax.numpy
@@ -30,12 +30,12 @@ def compiled_solves(monkeypatch, sdot_driver):
     """The JAX driver; counts the solves traced into the program (the compiled route)."""
     sdot_driver.framework, sdot_driver.dtype = "jax", "FP64"
     seen = {"compiled": 0}
-    real = _api._jax_solve_plan
+    real = _routes.jax_solve_plan
 
     def counted():
         seen["compiled"] += 1
         return real()
-    monkeypatch.setattr(_api, "_jax_solve_plan", counted)
+    monkeypatch.setattr(_routes, "jax_solve_plan", counted)
     return seen
 
 

@@ -412,13 +412,13 @@ def finite_differences():
 def test_core_gradients_match_finite_differences(sdot_driver, finite_differences):
     """NumPy (no autodiff): the core's gradients, chained by hand through the normalisations
     ``m = w / sum(w)`` and ``rho = v / int(v)``."""
-    from sdot import _api
+    from sdot import _checks
     from sdot._core import gradients, plan
 
     sdot_driver.framework = "numpy"
     y, w, v = gradient_problem()
-    src, tgt = _api._check_pair(sdot.SumOfWeightedDiracs(y[:, None], w), sdot.Grid(v, domain=(-0.5, 1.0)))
-    xp, prob = _api._problem(src, tgt)
+    src, tgt = _checks.check_pair(sdot.SumOfWeightedDiracs(y[:, None], w), sdot.Grid(v, domain=(-0.5, 1.0)))
+    xp, prob = _checks.problem(src, tgt)
     state = plan.solve_plan(xp, prob, 1e-12, 10)["state"]
     gy, gm, grho = gradients.gradients(xp, prob.seeds, prob.masses, prob.density, state)
     gw = (gm - np.sum(gm * prob.masses)) / w.sum()

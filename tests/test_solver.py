@@ -206,7 +206,7 @@ def test_stalled_message_gives_the_stall_step_of_the_options():
     import dataclasses
     from types import SimpleNamespace
 
-    from sdot import _api
+    from sdot import _diagnosis
     from sdot._core import newton, options
     from sdot._core.density import PixelDensity
 
@@ -217,7 +217,7 @@ def test_stalled_message_gives_the_stall_step_of_the_options():
                               cell_masses=np.full(n, 1 / n))
     for step in (options.DEFAULT.stall_step, 3e-5):
         used = dataclasses.replace(options.DEFAULT, stall_step=step)
-        message = _api._failure(stalled, (0.0, 1e-9), 1e-10, 300, prob, used)
+        message = _diagnosis.failure(stalled, (0.0, 1e-9), 1e-10, 300, prob, used)
         assert f"stalled: no step length of at least {step:g} kept" in message
 
 
