@@ -8,7 +8,7 @@ import pytest
 
 from sdot._core import _compat, newton_matrix, options, planar
 from sdot._host import threads as host_threads
-from sdot._core.planar import hiding, integrate, kinetic, polygons, repair
+from sdot._core.planar import contour, hiding, integrate, kinetic, polygons, repair
 
 
 def kernels(xp, b):
@@ -123,7 +123,7 @@ def test_per_seed_and_per_pixel_data_are_computed_once_not_per_block(monkeypatch
             return fn(*args, **kwargs)
         return wrapper
     monkeypatch.setattr(repair, "_planes", counted(repair._planes, "planes"))
-    monkeypatch.setattr(integrate, "prefix_tables", counted(integrate.prefix_tables, "tables"))
+    monkeypatch.setattr(contour, "prefix_tables", counted(contour.prefix_tables, "tables"))
     with host_threads.host_settings(block=41, min_block=1):     # 8 blocks
         kernels(xp, Backend("numpy"))                              # one call of each
     assert calls == {"planes": 1, "tables": 1}

@@ -1,12 +1,12 @@
 """Cell integrals of a constant density (one pixel: the closed form of
-``integrate._uniform_integrals``) against hand-computed values and against the pixel
+``contour.uniform_integrals``) against hand-computed values and against the pixel
 walk of the general path on a constant grid of several pixels, on every backend."""
 import array_api_compat.numpy as npx
 import numpy as np
 import pytest
 
 from sdot._core import planar
-from sdot._core.planar import integrate
+from sdot._core.planar import contour, integrate
 from sdot._core.planar.polygons import Cells
 
 
@@ -86,9 +86,9 @@ def test_one_pixel_equals_the_pixel_walk_on_a_constant_grid(backend, box, monkey
     seeds = lo + (hi - lo) * rng.random((200, 2))
     psi = 0.02 * np.prod(hi - lo) * rng.random(200)
     cells = planar.power_cells(npx, seeds, psi, np.ones(200, bool), lo, hi)
-    closed_form = integrate._uniform_integrals
+    closed_form = contour.uniform_integrals
     calls = []
-    monkeypatch.setattr(integrate, "_uniform_integrals", lambda *a: calls.append(1) or closed_form(*a))
+    monkeypatch.setattr(contour, "uniform_integrals", lambda *a: calls.append(1) or closed_form(*a))
     one = integrals(backend, seeds, cells, np.full((1, 1), 0.7), lo, hi)
     assert calls
     calls.clear()
@@ -111,21 +111,21 @@ def test_cells_in_one_pixel_integrated_apart(backend, box, monkeypatch, array_ke
     image = rng.random((16, 12)) * (rng.random((16, 12)) > 0.2)
     seeds = lo + (hi - lo) * rng.random((2000, 2))
     cells = planar.power_cells(npx, seeds, 1e-4 * np.prod(hi - lo) * rng.random(2000), np.ones(2000, bool), lo, hi)
-    apart = integrate._polygon_integrals
+    apart = contour._polygon_integrals
     calls = []
-    monkeypatch.setattr(integrate, "_polygon_integrals", lambda *a: calls.append(a[1].shape[0]) or apart(*a))
+    monkeypatch.setattr(contour, "_polygon_integrals", lambda *a: calls.append(a[1].shape[0]) or apart(*a))
     fast = integrals(backend, seeds, cells, image, lo, hi)
     if backend.name in ("jax-jit", "strict-static"):
         assert not calls                # with static shapes every cell is walked
     else:
         assert sum(calls) > 500         # about a third of the cells lie in one pixel
-    monkeypatch.setattr(integrate, "ONE_PIXEL_FROM", 2.0)
+    monkeypatch.setattr(contour, "ONE_PIXEL_FROM", 2.0)
     walked = integrals(backend, seeds, cells, image, lo, hi)
     area = np.prod(hi - lo)
     assert fast[0][:, 0].sum() == pytest.approx(image.mean() * area, rel=1e-12)
     for a, b in zip(fast, walked):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-14 * area ** 2)
-    pixel = integrate._pixel_of_cells(npx, seeds, cells.vertices, cells.count, lo, hi, image.shape)
+    pixel = contour._pixel_of_cells(npx, seeds, cells.vertices, cells.count, lo, hi, image.shape)
     for i in np.flatnonzero(pixel >= 0)[:5]:
         c = image.reshape(-1)[pixel[i]]
         want = exact_polygon_moments(cells.vertices[i, :cells.count[i]], c)

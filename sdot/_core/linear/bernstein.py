@@ -31,7 +31,7 @@ import array_api_compat as aac
 from .. import _compat
 from ..planar.bernstein import _change_of_basis, gauss_legendre
 from .cells import clamp
-from .integrate import end_moments, grid_edges, pieces
+from .segments import end_moments, grid_edges, pieces
 
 #: Bisection rounds of :func:`segment_inverse`: the bracket ends at 2^-52 (about 2.2e-16).
 BISECTION_ROUNDS = 52

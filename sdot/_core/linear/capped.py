@@ -8,7 +8,7 @@ import array_api_compat as aac
 
 from .. import _compat
 from .cells import clamp
-from .integrate import _end_density
+from .segments import end_density
 
 
 def _cut(xp, cells, psi):
@@ -51,9 +51,9 @@ def capped_integrals(xp, seeds, cells, psi, values, lo, hi):
     moments = xp.stack([_compat.segment_sum(xp, p, cell, n) for p in parts], axis=1)
     ends = cells.vertices[:, :, 0]
     inside = live[:, None] & (xp.abs(ends) < radius[:, None])
-    facet = xp.where(inside, _end_density(xp, seeds, cells, values, lo, hi), 0.0)
+    facet = xp.where(inside, end_density(xp, seeds, cells, values, lo, hi), 0.0)
     balls = cells._replace(vertices=xp.stack([-radius, radius], axis=1)[:, :, None])
-    at_balls = _end_density(xp, seeds, balls, values, lo, hi)
+    at_balls = end_density(xp, seeds, balls, values, lo, hi)
     bounds = xp.stack([-radius > ends[:, 0], radius < ends[:, 1]], axis=1) & live[:, None]
     return moments, facet, xp.sum(xp.where(bounds, at_balls, 0.0), axis=1)
 

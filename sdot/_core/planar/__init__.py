@@ -19,13 +19,13 @@ The modules: :mod:`.polygons` (cells as polygons of fixed capacity, and the kern
 that clip them), :mod:`.kinetic` (the kinetic update and the rebuild), :mod:`.agreement`
 (which cells disagree with their neighbours), :mod:`.repair` (until the area
 certificate holds), :mod:`.diagram` (all of these together), :mod:`.hiding`, and
-:mod:`.integrate` (exact integrals of a piecewise-constant grid density over the
+:mod:`.contour` (exact integrals of a piecewise-constant grid density over the
 cells, used by :class:`..density.PixelDensity`), :mod:`.sensitivity` (the integrals of
 the plan's implicit differentiation, by the same walk), :mod:`.bernstein` and
 :mod:`.bernstein_transpose` (exact integrals of a grid of Bernstein polynomials and their
 transpose, by the same walk, used by :class:`..density.BernsteinDensity`) and
-:mod:`.bernstein_facets` (its facet moments, for the plan's derivatives); the last four are
-reached through :mod:`.integrate`.
+:mod:`.bernstein_facets` (its facet moments, for the plan's derivatives); all reached
+through :mod:`.integrate`, which gathers them.
 """
 from __future__ import annotations
 

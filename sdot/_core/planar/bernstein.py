@@ -38,7 +38,7 @@ import array_api_compat as aac
 
 from .. import _compat
 from ..moments import about_seeds
-from .integrate import _Edges, _far_origins, _Grid, _visit_pieces
+from .contour import Edges, far_origins, PieceGrid, visit_pieces
 
 
 @functools.lru_cache(maxsize=None)
@@ -210,7 +210,7 @@ def bernstein_axis_second_moments(xp, seeds, cells, coefficients, lo, hi):
 def _split_integrals(xp, seeds, cells, coefficients, lo, hi):
     """``(mass, M_x, M_y, M_xx, M_yy)`` (n, 5) about the seeds or the far cells' origins, the
     edge integrals (n, V), and those origins (None: none)."""
-    origin = _far_origins(xp, cells.vertices, cells.count)
+    origin = far_origins(xp, cells.vertices, cells.count)
     vertices = cells.vertices
     if origin is not None:
         seeds, vertices = seeds + origin, vertices - origin[:, None, :]
@@ -219,30 +219,30 @@ def _split_integrals(xp, seeds, cells, coefficients, lo, hi):
     n0, n1, n, _ = mono.shape
     by_coefficient = xp.reshape(xp.permute_dims(mono, (2, 3, 0, 1)), (n * n, n0, n1))
     split, facet = _compat.blockwise(
-        xp, lambda s, v, c: _cell_integrals(xp, s, v, c, by_coefficient, tables, lo, hi), seeds, vertices, cells.count)
+        xp, lambda s, v, c: edge_walk(xp, s, v, c, by_coefficient, tables, lo, hi), seeds, vertices, cells.count)
     return split, facet, origin
 
 
 @_compat.jit_on_jax()
-def _cell_integrals(xp, seeds, vertices, count, mono, tables, lo, hi):
+def edge_walk(xp, seeds, vertices, count, mono, tables, lo, hi):
     """``(mass, M_x, M_y, M_xx, M_yy)`` (n, 5) and the edge integrals (n, V) of the cells
     ``(vertices, count)`` of ``seeds``; ``mono`` (n^2, n0, n1) the monomial coefficients,
     ``tables`` their :func:`row_tables`."""
     shape = tuple(mono.shape[1:])
-    edges = _Edges(xp, seeds, vertices, count, lo, hi, shape)
+    edges = Edges(xp, seeds, vertices, count, lo, hi, shape)
     moments, facet = None, None
     for e in edges.groups(xp):
-        m, f = _edge_integrals(xp, seeds, e, mono, tables, lo, hi)
+        m, f = edge_integrals(xp, seeds, e, mono, tables, lo, hi)
         moments, facet = (m, f) if moments is None else (moments + m, facet + f)
     return moments, facet
 
 
-def _edge_integrals(xp, seeds, e, mono, tables, lo, hi):
-    """:func:`_cell_integrals` of the edges ``e``."""
+def edge_integrals(xp, seeds, e, mono, tables, lo, hi):
+    """:func:`edge_walk` of the edges ``e``."""
     nn, n0, n1 = mono.shape
     n = math.isqrt(nn)
     shape = (n0, n1)
-    grid = _Grid(xp, seeds, e, shape, lo, hi)
+    grid = PieceGrid(xp, seeds, e, shape, lo, hi)
     dx, dy = grid.dx, (hi[1] - lo[1]) / n1
     sx, sy = grid.sx, xp.take(seeds[:, 1], e.cell)
     flat = xp.reshape(mono, (nn, n0 * n1))
@@ -274,5 +274,5 @@ def _edge_integrals(xp, seeds, e, mono, tables, lo, hi):
         return (mass, mx, my, mxx, myy), facet + along * f.length
 
     zero = xp.zeros(e.slot.shape, dtype=seeds.dtype, device=aac.device(seeds))
-    acc, facet = _visit_pieces(xp, e, shape, visit, ((zero,) * 5, zero))
+    acc, facet = visit_pieces(xp, e, shape, visit, ((zero,) * 5, zero))
     return xp.stack([e.per_cell(xp, a) for a in acc], axis=1), e.per_slot(xp, facet)

@@ -17,7 +17,7 @@ import array_api_compat as aac
 
 from .. import _compat
 from .bernstein import _horner, _PieceFrame, gauss_legendre, monomial_coefficients
-from .integrate import _Edges, _Grid, _visit_pieces
+from .contour import Edges, PieceGrid, visit_pieces
 from .sensitivity import _symmetric, facet_moments_by
 
 
@@ -67,10 +67,10 @@ def _facet_moments(xp, seeds, vertices, count, mono, lo, hi):
     n = math.isqrt(nn)
     flat = xp.reshape(mono, (nn, n0 * n1))
     nodes, weights = gauss_legendre(n + 1)
-    edges = _Edges(xp, seeds, vertices, count, lo, hi, (n0, n1))
+    edges = Edges(xp, seeds, vertices, count, lo, hi, (n0, n1))
     total = None
     for e in edges.groups(xp):
-        grid = _Grid(xp, seeds, e, (n0, n1), lo, hi)
+        grid = PieceGrid(xp, seeds, e, (n0, n1), lo, hi)
         dx, dy = grid.dx, (hi[1] - lo[1]) / n1
         sy = xp.take(seeds[:, 1], e.cell)
 
@@ -85,7 +85,7 @@ def _facet_moments(xp, seeds, vertices, count, mono, lo, hi):
             return tuple(s + t * f.length for s, t in zip(acc, terms))
 
         zero = xp.zeros(e.slot.shape, dtype=seeds.dtype, device=aac.device(seeds))
-        acc = [e.per_slot(xp, a) for a in _visit_pieces(xp, e, (n0, n1), visit, (zero,) * 6)]
+        acc = [e.per_slot(xp, a) for a in visit_pieces(xp, e, (n0, n1), visit, (zero,) * 6)]
         total = acc if total is None else [t + a for t, a in zip(total, acc)]
     f0, fx, fy, fxx, fxy, fyy = total
     return f0, xp.stack([fx, fy], axis=-1), _symmetric(xp, fxx, fxy, fyy)

@@ -18,7 +18,7 @@ import array_api_compat as aac
 
 from .. import _compat
 from .bernstein import _band_integrals, _change_of_basis, _PieceFrame, gauss_legendre
-from .integrate import _Edges, _far_origins, _Grid, _visit_pieces
+from .contour import Edges, far_origins, PieceGrid, visit_pieces
 from .sensitivity import _moved_coefficients
 
 
@@ -59,7 +59,7 @@ def bernstein_polynomial_integrals(xp, seeds, cells, coefficients, lo, hi, coeff
     """
     n0, n1, nn = (int(s) for s in coefficient_shape)
     n = math.isqrt(nn)
-    origin = _far_origins(xp, cells.vertices, cells.count)
+    origin = far_origins(xp, cells.vertices, cells.count)
     vertices = cells.vertices
     if origin is not None:
         seeds, vertices = seeds + origin, vertices - origin[:, None, :]
@@ -88,9 +88,9 @@ def _polynomial_parts(xp, seeds, vertices, count, coefficients, lo, hi, shape):
     nodes, weights = gauss_legendre(n + 1)
     lines_t = xp.arange(3 * n, dtype=xp.int64, device=dev)[:, None] * rows_t
     lines_m = xp.arange(nn, dtype=xp.int64, device=dev)[:, None] * (n0 * n1)
-    edges = _Edges(xp, seeds, vertices, count, lo, hi, (n0, n1))
+    edges = Edges(xp, seeds, vertices, count, lo, hi, (n0, n1))
     for e in edges.groups(xp):
-        grid = _Grid(xp, seeds, e, (n0, n1), lo, hi)
+        grid = PieceGrid(xp, seeds, e, (n0, n1), lo, hi)
         dx, dy = grid.dx, (hi[1] - lo[1]) / n1
         sx, sy = grid.sx, xp.take(seeds[:, 1], e.cell)
         ca, cbx, cby, cc = (xp.take(coefficients[:, k], e.cell) for k in range(4))
@@ -130,7 +130,7 @@ def _polynomial_parts(xp, seeds, vertices, count, coefficients, lo, hi, shape):
             g_mono = g_mono + _compat.segment_sum(xp, xp.reshape(mono, (-1,)), xp.reshape(at, (-1,)), n0 * n1 * nn)
             return g_tables, g_mono
 
-        g_tables, g_mono = _visit_pieces(xp, e, (n0, n1), visit, (g_tables, g_mono))
+        g_tables, g_mono = visit_pieces(xp, e, (n0, n1), visit, (g_tables, g_mono))
     return xp.reshape(g_tables, (1, 3 * n, rows_t)), xp.reshape(g_mono, (1, nn, n0 * n1))
 
 

@@ -28,7 +28,7 @@ import array_api_compat as aac
 
 from .. import _compat
 from .bernstein import gauss_legendre
-from .integrate import _Edges, _edge_integrals, _Grid, Piece, prefix_tables
+from .contour import Edges, edge_integrals, PieceGrid, Piece, prefix_tables
 from .sensitivity import _to_pixels, contour_parts, edge_polynomial_parts
 
 #: Gauss-Legendre nodes per arc piece (a quarter turn at most).
@@ -60,7 +60,7 @@ def array_capped_integrals(xp, seeds, cells, psi, density, lo, hi):
     inner, arcs = _boundary(xp, seeds, cells, psi, lo, hi, density.shape)
     moments, facet = None, None
     for e in inner.groups(xp):
-        m, f = _edge_integrals(xp, seeds, e, density, tables, lo, hi)
+        m, f = edge_integrals(xp, seeds, e, density, tables, lo, hi)
         moments, facet = (m, f) if moments is None else (moments + m, facet + f)
     n = seeds.shape[0]
     arc = xp.zeros((n,), dtype=seeds.dtype, device=aac.device(seeds))
@@ -96,10 +96,10 @@ def capped_polynomial_integrals(xp, seeds, cells, psi, coefficients, lo, hi, sha
 
 def _boundary(xp, seeds, cells, psi, lo, hi, shape):
     """The boundary of the capped cells: the parts of the edges inside the balls (an
-    :class:`.integrate._Edges`) and the pieces of the arcs, ``(grid, piece, alpha, beta, sign, r)``
-    (None if there is none): per piece its :class:`.integrate._Grid` (``grid.cell``: its cell)
+    :class:`.contour.Edges`) and the pieces of the arcs, ``(grid, piece, alpha, beta, sign, r)``
+    (None if there is none): per piece its :class:`.contour.PieceGrid` (``grid.cell``: its cell)
     and pixel, its angles (``alpha < beta``), the sign of its sweep and its radius."""
-    edges = _Edges(xp, seeds, cells.vertices, cells.count, lo, hi, shape)
+    edges = Edges(xp, seeds, cells.vertices, cells.count, lo, hi, shape)
     radius = xp.sqrt(xp.maximum(psi, 0.0))
     low, high = -edges.origin, (hi - lo) - edges.origin      # the box about each seed (origin: seed - lo)
     a = xp.minimum(xp.maximum(edges.a, low), high)
@@ -128,7 +128,7 @@ def _inside(xp, a, b, radius):
 
 def _clipped(xp, edges, p, q):
     """``edges`` with the endpoints ``p``, ``q`` (the parts inside the balls)."""
-    sub = object.__new__(_Edges)
+    sub = object.__new__(Edges)
     sub.n, sub.cap, sub.scale = edges.n, edges.cap, edges.scale
     sub.slot, sub.cell, sub.origin, sub.valid = edges.slot, edges.cell, edges.origin, edges.valid
     sub.a, sub.b = p, q
@@ -161,7 +161,7 @@ def _arcs(xp, seeds, edges, first, second, radius, lo, hi, shape):
     ix = xp.minimum(pix[:, 0], shape[0] - 1)
     iy = xp.minimum(pix[:, 1], shape[1] - 1)
     piece = Piece(None, None, ix, iy, xp.ones(ix.shape, dtype=xp.bool, device=dev))
-    grid = _Grid(xp, seeds, types.SimpleNamespace(cell=cell), shape, lo, hi)
+    grid = PieceGrid(xp, seeds, types.SimpleNamespace(cell=cell), shape, lo, hi)
     grid.cell = cell
     return grid, piece, alpha, beta, sign, r
 
@@ -179,7 +179,7 @@ def _arc_nodes(xp, alpha, beta, sign, r):
 def _arc_moments(xp, a0, a1, a2, c, r, alpha, beta):
     """``oint (F_0, F_1, v F_0, F_2, v^2 F_0) dv`` from ``alpha`` to ``beta`` on the circle of
     radius ``r`` in one pixel, where ``F_0 = a0 + c u``, ``F_1 = a1 + c u^2 / 2``, ``F_2 = a2 + c u^3
-    / 3`` (:meth:`.integrate._Grid.antiderivatives` at ``u = 0`` give the ``a``), in closed form:
+    / 3`` (:meth:`.contour.PieceGrid.antiderivatives` at ``u = 0`` give the ``a``), in closed form:
     with ``u = r cos t``, ``v = r sin t``, ``dv = r cos t dt``, antiderivatives of products of
     powers of ``cos t`` and ``sin t``."""
     sa, ca, sb, cb = xp.sin(alpha), xp.cos(alpha), xp.sin(beta), xp.cos(beta)

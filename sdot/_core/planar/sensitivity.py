@@ -22,8 +22,8 @@ from __future__ import annotations
 import array_api_compat as aac
 
 from .. import _compat
-from .integrate import (_GAUSS, _cell_integrals, _clamp, _Edges, _far_origins, _Grid, _uniform_integrals,
-                        _visit_pieces, prefix_tables)
+from .contour import (GAUSS, edge_walk, clamp, Edges, far_origins, PieceGrid, uniform_integrals,
+                        visit_pieces, prefix_tables)
 from .polygons import gather
 
 
@@ -77,7 +77,7 @@ def facet_moments(xp, seeds, cells, values, lo, hi):
 def facet_moments_by(xp, kernel, seeds, cells):
     """The facet moments ``kernel(seeds, vertices, count)`` of the cells in blocks of rows,
     taken about the far cells' origins (exact far from the seeds) and moved to the seeds."""
-    origin = _far_origins(xp, cells.vertices, cells.count)
+    origin = far_origins(xp, cells.vertices, cells.count)
     seeds, vertices = _about_origins(xp, seeds, cells, origin)
     return facets_about_seeds(*_compat.blockwise(xp, kernel, seeds, vertices, cells.count), origin)
 
@@ -108,18 +108,18 @@ def _facet_moments(xp, seeds, vertices, count, density, lo, hi):
         c = xp.where(piece.live, xp.take(flat_density, piece.ix * ny + piece.iy), 0.0)
         p, dp = piece.p, piece.q - piece.p
         f0 = c * xp.sqrt(dp[:, 0] * dp[:, 0] + dp[:, 1] * dp[:, 1])        # as the facet of cell_integrals
-        ux = [p[:, 0] + tau * dp[:, 0] for tau in _GAUSS]
-        uy = [p[:, 1] + tau * dp[:, 1] for tau in _GAUSS]
+        ux = [p[:, 0] + tau * dp[:, 0] for tau in GAUSS]
+        uy = [p[:, 1] + tau * dp[:, 1] for tau in GAUSS]
         half = 0.5 * f0
         terms = (f0, half * (ux[0] + ux[1]), half * (uy[0] + uy[1]), half * (ux[0] * ux[0] + ux[1] * ux[1]),
                  half * (ux[0] * uy[0] + ux[1] * uy[1]), half * (uy[0] * uy[0] + uy[1] * uy[1]))
         return tuple(a + t for a, t in zip(acc, terms))
 
-    edges = _Edges(xp, seeds, vertices, count, lo, hi, density.shape)
+    edges = Edges(xp, seeds, vertices, count, lo, hi, density.shape)
     total = None
     for e in edges.groups(xp):
         zero = xp.zeros(e.slot.shape, dtype=seeds.dtype, device=aac.device(seeds))
-        acc = [e.per_slot(xp, a) for a in _visit_pieces(xp, e, density.shape, visit, (zero,) * 6)]
+        acc = [e.per_slot(xp, a) for a in visit_pieces(xp, e, density.shape, visit, (zero,) * 6)]
         total = acc if total is None else [t + a for t, a in zip(total, acc)]
     f0, fx, fy, fxx, fxy, fyy = total
     return f0, xp.stack([fx, fy], axis=-1), _symmetric(xp, fxx, fxy, fyy)
@@ -143,12 +143,12 @@ def _uniform_facet_moments(xp, seeds, vertices, count, density, lo, hi):
 
 def _clamped_edges(xp, seeds, vertices, count, lo, hi):
     """The edges ``(a, b)`` (n, V, 2) of the cells, their vertices clamped into the box
-    (as :func:`.integrate._uniform_integrals` does), and which slots hold one."""
+    (as :func:`.contour.uniform_integrals` does), and which slots hold one."""
     n, cap, _ = vertices.shape
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(count))[None, :]
     valid = k < count[:, None]
     low, high = lo - seeds, hi - seeds
-    a = xp.stack([_clamp(xp, vertices[..., i], low[:, i:i + 1], high[:, i:i + 1]) for i in range(2)], axis=-1)
+    a = xp.stack([clamp(xp, vertices[..., i], low[:, i:i + 1], high[:, i:i + 1]) for i in range(2)], axis=-1)
     a = xp.where(valid[..., None], a, 0.0)
     nxt = (k + 1) % xp.maximum(count, 1)[:, None]
     b = xp.stack([gather(a[..., i], nxt) for i in range(2)], axis=-1)
@@ -199,13 +199,13 @@ def polynomial_integrals(xp, seeds, cells, coefficients, lo, hi, shape):
     ``A_m`` (:func:`.integrate.prefix_tables`) get theirs, taken back to the pixels
     (``A_m[j, i] = sum_{k < i} c_kj (X_{k+1}^m - X_k^m)``) once at the end.
     """
-    origin = _far_origins(xp, cells.vertices, cells.count)
+    origin = far_origins(xp, cells.vertices, cells.count)
     seeds, vertices = _about_origins(xp, seeds, cells, origin)
     if origin is not None:
         coefficients = _moved_coefficients(xp, coefficients, origin)
     if tuple(shape) == (1, 1):
         ones = xp.ones((1, 1), dtype=seeds.dtype, device=aac.device(seeds))
-        moments, _ = _uniform_integrals(xp, seeds, vertices, cells.count, ones, lo, hi)
+        moments, _ = uniform_integrals(xp, seeds, vertices, cells.count, ones, lo, hi)
         return xp.reshape(xp.sum(coefficients * moments), (1, 1))
     kernel = lambda s, v, c, k: _polynomial_parts(xp, s, v, c, k, lo, hi, shape)
     g_tables, g_pixels = _compat.blockwise(xp, kernel, seeds, vertices, cells.count, coefficients)
@@ -221,7 +221,7 @@ def _polynomial_parts(xp, seeds, vertices, count, coefficients, lo, hi, shape):
     dev = aac.device(seeds)
     acc = ((xp.zeros((ny * (nx + 1),), dtype=seeds.dtype, device=dev),) * 3,
            xp.zeros((nx * ny,), dtype=seeds.dtype, device=dev))
-    edges = _Edges(xp, seeds, vertices, count, lo, hi, shape)
+    edges = Edges(xp, seeds, vertices, count, lo, hi, shape)
     for e in edges.groups(xp):
         acc = edge_polynomial_parts(xp, seeds, e, coefficients, lo, hi, shape, acc)
     g_tables, g_pixels = acc
@@ -231,17 +231,17 @@ def _polynomial_parts(xp, seeds, vertices, count, coefficients, lo, hi, shape):
 def edge_polynomial_parts(xp, seeds, e, coefficients, lo, hi, shape, acc):
     """``acc`` (the derivatives with respect to the prefix tables and to the pixel values,
     see :func:`_polynomial_parts`) plus those of the contour integrals along the edges ``e``."""
-    grid = _Grid(xp, seeds, e, shape, lo, hi)
+    grid = PieceGrid(xp, seeds, e, shape, lo, hi)
     coefficients = tuple(xp.take(coefficients[:, m], e.cell) for m in range(4))
 
     def visit(piece, acc):
         px, py = piece.p[:, 0], piece.p[:, 1]
         dx, dy = piece.q[:, 0] - px, piece.q[:, 1] - py
         h = xp.where(piece.live, 0.5 * dy, 0.0)
-        nodes = [(px + tau * dx, py + tau * dy, h) for tau in _GAUSS]
+        nodes = [(px + tau * dx, py + tau * dy, h) for tau in GAUSS]
         return contour_parts(xp, grid, piece, nodes, coefficients, shape, acc)
 
-    return _visit_pieces(xp, e, shape, visit, acc)
+    return visit_pieces(xp, e, shape, visit, acc)
 
 
 def contour_parts(xp, grid, piece, nodes, coefficients, shape, acc):
@@ -308,14 +308,14 @@ def axis_second_moments(xp, seeds, cells, values, lo, hi):
     array (n, 2)
         ``(M_xx, M_yy)``, zero for empty cells.
     """
-    origin = _far_origins(xp, cells.vertices, cells.count)
+    origin = far_origins(xp, cells.vertices, cells.count)
     seeds, vertices = _about_origins(xp, seeds, cells, origin)
     if tuple(values.shape) == (1, 1):
         moments = _compat.blockwise(xp, lambda s, v, c: _uniform_axis_moments(xp, s, v, c, values, lo, hi),
                                     seeds, vertices, cells.count)
     else:
         tables = xp.reshape(prefix_tables(xp, values, lo, hi), (3, -1))
-        moments = _compat.blockwise(xp, lambda s, v, c: _cell_integrals(xp, s, v, c, values, tables, lo, hi)[0],
+        moments = _compat.blockwise(xp, lambda s, v, c: edge_walk(xp, s, v, c, values, tables, lo, hi)[0],
                                     seeds, vertices, cells.count)
     mass, first, second = moments[:, :1], moments[:, 1:3], moments[:, 3:]
     if origin is None:
@@ -335,3 +335,17 @@ def _uniform_axis_moments(xp, seeds, vertices, count, density, lo, hi):
     moments = [total(w) / 2.0, total(w * (ax + bx)) / 6.0, total(w * (ay + by)) / 6.0,
                total(w * (ax * (ax + bx) + bx * bx)) / 12.0, total(w * (ay * (ay + by) + by * by)) / 12.0]
     return xp.reshape(density, (1,)) * xp.stack(moments, axis=1)
+
+
+@_compat.jit_on_jax("density_shape")
+def potential_integrals(xp, seeds, cells, psi, lo, hi, density_shape):
+    """Per pixel ``int_pixel phi``, ``phi(x) = |x - y_i|^2 - psi_i`` on cell i, shape ``density_shape``.
+
+    The derivative of ``Q = sum_i int_{L_i} (|x - y_i|^2 - psi_i) rho`` with
+    respect to each pixel value of ``rho`` (cells fixed): the transpose of the
+    linear map ``rho -> Q`` of :func:`.contour.cell_integrals`, :func:`polynomial_integrals`
+    of ``a = -psi``, ``b = 0``, ``c = 1``.
+    """
+    zero = xp.zeros_like(psi)
+    coefficients = xp.stack([-psi, zero, zero, xp.ones_like(psi)], axis=1)
+    return polynomial_integrals(xp, seeds, cells, coefficients, lo, hi, density_shape)
