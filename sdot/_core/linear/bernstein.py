@@ -29,7 +29,7 @@ import math
 import array_api_compat as aac
 
 from .. import _compat
-from ..planar.bernstein import _change_of_basis, gauss_legendre
+from ..quadrature import change_of_basis, gauss_legendre
 from .cells import clamp
 from .segments import end_moments, grid_edges, pieces
 
@@ -212,7 +212,7 @@ def segment_inverse(xp, rows, target):
     q = rows.shape[1]
     zero = xp.zeros((rows.shape[0], 1), dtype=rows.dtype, device=aac.device(rows))
     d = xp.concat([zero, xp.cumulative_sum(rows, axis=1) / q], axis=1)          # (P, q + 1)
-    mono = xp.matmul(d, _change_of_basis(xp, q, rows))                        # F = sum_r mono[:, r] t^r
+    mono = xp.matmul(d, change_of_basis(xp, q, rows))                        # F = sum_r mono[:, r] t^r
     power = [mono[:, r] for r in range(q + 1)]
 
     def bisect(_, bracket):

@@ -9,7 +9,7 @@ corner ``(X_i, Y_j)``), in its own coordinates ``t0 = (x - X_i) / dx``,
 
 its Bernstein coefficients ``c`` turned once per density into monomial ones ``a``
 (:func:`monomial_coefficients`; ``t`` is in [0, 1] and ``p`` small, the change of basis loses
-nothing that matters). As in :mod:`.integrate`, an integral over a cell becomes a contour
+nothing that matters). As in :mod:`.contour`, an integral over a cell becomes a contour
 integral, ``int_P rho f = oint F dv`` with ``F(x, y) = int_{X_b}^x rho(s, y) f(s, y) ds``, in
 coordinates ``u = x - s_x``, ``v = y - s_y`` relative to the seed ``s``; the base ``X_b`` is
 the left side of the seed's grid column, and the edges are split at every grid line, so that
@@ -31,42 +31,14 @@ runs the same walk: :mod:`.bernstein_transpose`.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import array_api_compat as aac
 
 from .. import _compat
 from ..moments import about_seeds
+from ..quadrature import change_of_basis, gauss_legendre
 from .contour import Edges, far_origins, PieceGrid, visit_pieces
-
-
-@functools.lru_cache(maxsize=None)
-def gauss_legendre(n: int):
-    """Nodes and weights of the ``n``-point Gauss-Legendre rule on [0, 1] (exact up to degree
-    ``2n - 1``), as Python floats: Newton's method on the Legendre polynomial ``P_n``."""
-    nodes, weights = [], []
-    for k in range(n):
-        x = math.cos(math.pi * (k + 0.75) / (n + 0.5))
-        for _ in range(100):
-            p0, p1 = 1.0, x                   # P_0, P_1, then up to P_n by Bonnet's recursion
-            for m in range(2, n + 1):
-                p0, p1 = p1, ((2 * m - 1) * x * p1 - (m - 1) * p0) / m
-            dp = n * (x * p1 - p0) / (x * x - 1.0) if n > 1 else 1.0
-            step = p1 / dp
-            x -= step
-            if abs(step) < 1e-16:
-                break
-        nodes.append(0.5 * (1.0 - x))
-        weights.append(1.0 / ((1.0 - x * x) * dp * dp))
-    return tuple(nodes), tuple(weights)
-
-
-@functools.lru_cache(maxsize=None)
-def bernstein_to_monomial(p: int):
-    """``M[k][r]``: ``B(k, p, t) = sum_r M[k][r] t^r`` (integers)."""
-    return tuple(tuple(math.comb(p, k) * math.comb(p - k, r - k) * (-1) ** (r - k) if r >= k else 0
-                       for r in range(p + 1)) for k in range(p + 1))
 
 
 def degree_of(coefficients):
@@ -77,17 +49,12 @@ def degree_of(coefficients):
     return n - 1
 
 
-def _change_of_basis(xp, p, like):
-    """:func:`bernstein_to_monomial` as an array of ``like``'s dtype and device."""
-    return xp.asarray(bernstein_to_monomial(p), dtype=like.dtype, device=aac.device(like))
-
-
 def monomial_coefficients(xp, coefficients):
     """``a`` (n0, n1, n, n), ``n = p + 1``: ``rho = sum a[i, j, r0, r1] t0^r0 t1^r1`` on cell
     ``(i, j)``, from the Bernstein ``coefficients`` (n0, n1, n^2): ``a = M^T c M``."""
     n0, n1, _ = coefficients.shape
     n = degree_of(coefficients) + 1
-    m = _change_of_basis(xp, n - 1, coefficients)
+    m = change_of_basis(xp, n - 1, coefficients)
     c = xp.reshape(coefficients, (n0, n1, n, n))
     return xp.matmul(xp.matmul(xp.permute_dims(m, (1, 0)), c), m)
 

@@ -16,7 +16,8 @@ import math
 import array_api_compat as aac
 
 from .. import _compat
-from .bernstein import _horner, _PieceFrame, gauss_legendre, monomial_coefficients
+from ..quadrature import gauss_legendre
+from .bernstein import _horner, _PieceFrame, monomial_coefficients
 from .contour import Edges, PieceGrid, visit_pieces
 from .sensitivity import _symmetric, facet_moments_by
 

@@ -17,7 +17,8 @@ import math
 import array_api_compat as aac
 
 from .. import _compat
-from .bernstein import _band_integrals, _change_of_basis, _PieceFrame, gauss_legendre
+from ..quadrature import change_of_basis, gauss_legendre
+from .bernstein import _band_integrals, _PieceFrame
 from .contour import Edges, far_origins, PieceGrid, visit_pieces
 from .sensitivity import _moved_coefficients
 
@@ -69,7 +70,7 @@ def bernstein_polynomial_integrals(xp, seeds, cells, coefficients, lo, hi, coeff
     g_mono = _tables_to_monomials(xp, xp.sum(g_tables, axis=0), lo, hi, n0, n1, n) \
         + xp.reshape(xp.permute_dims(xp.reshape(xp.sum(g_mono, axis=0), (n, n, n0, n1)), (2, 3, 0, 1)), (n0, n1, nn))
     # a = M^T c M: dQ/dc = M (dQ/da) M^T
-    m = _change_of_basis(xp, n - 1, g_mono)
+    m = change_of_basis(xp, n - 1, g_mono)
     g = xp.matmul(xp.matmul(m, xp.reshape(g_mono, (n0, n1, n, n))), xp.permute_dims(m, (1, 0)))
     return xp.reshape(g, (n0, n1, nn))
 

@@ -27,7 +27,7 @@ import types
 import array_api_compat as aac
 
 from .. import _compat
-from .bernstein import gauss_legendre
+from ..quadrature import gauss_legendre
 from .contour import Edges, edge_integrals, PieceGrid, Piece, prefix_tables
 from .sensitivity import _to_pixels, contour_parts, edge_polynomial_parts
 

@@ -40,7 +40,7 @@ import math
 import array_api_compat as aac
 
 from .. import _compat
-from ..planar.bernstein import gauss_legendre
+from ..quadrature import gauss_legendre
 
 
 @functools.lru_cache(maxsize=None)
