@@ -14,6 +14,7 @@ from ._core import newton
 from ._core.options import DEFAULT as NEWTON_OPTIONS
 from ._spline_grid import SplineGrid
 from ._diagram import PowerDiagram
+from ._driver import default_tolerance
 from ._measures import BatchOfSumOfDiracs, SumOfDiracs, SumOfWeightedDiracs, align
 from ._checks import check_kinds, check_options, check_pair, checked_problem, total_mass
 from ._diagnosis import failure, STATUS
@@ -23,15 +24,6 @@ from ._routes import check_depth, solve, solve_per_item
 
 __all__ = ["distance", "distances", "barycenters", "optimal_transport_plan", "OtPlan",
            "OtNotConverged", "default_tolerance"]
-
-
-#: Default stopping tolerance on the max absolute cell-mass error (masses normalised to 1).
-TOLERANCE = {"FP64": 1e-10, "FP32": 1e-5}
-
-
-def default_tolerance(dtype=None):
-    """Default tolerance for ``dtype`` ("FP64" or "FP32"; default: the driver's)."""
-    return TOLERANCE[dtype or _driver.driver.dtype]
 
 
 _CLOCK = {"start": 0.0}

@@ -505,3 +505,12 @@ def _to_host(x):
         return np.from_dlpack(x, device="cpu")
     except (TypeError, BufferError, NotImplementedError):
         return np.from_dlpack(x)
+
+
+#: Default stopping tolerance on the max absolute cell-mass error (masses normalised to 1).
+TOLERANCE = {"FP64": 1e-10, "FP32": 1e-5}
+
+
+def default_tolerance(dtype=None):
+    """Default tolerance for ``dtype`` ("FP64" or "FP32"; default: the driver's)."""
+    return TOLERANCE[dtype or driver.dtype]

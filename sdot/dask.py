@@ -89,7 +89,7 @@ def solve(positions, grid, client=None, tol=None, max_iter=300, tiles_per_worker
         lost worker); ``gather()`` brings the cell
         masses, the potential and the barycentres to the client.
     """
-    from ._api import default_tolerance
+    from ._driver import default_tolerance
 
     positions = setup.checked(positions)
     masses, total = setup.checked_masses(masses, positions)

@@ -12,19 +12,9 @@ import contextlib
 
 import array_api_compat as aac
 
+from .item_state import ItemState
 __all__ = ["attach", "attach_linear", "first_order", "detach", "without_autodiff", "released", "transformed",
            "recording", "differentiation_depth", "host_map", "ItemState"]
-
-
-class ItemState:
-    """The state of a solve under ``torch.func`` transforms, where the solve runs per item
-    (one per item of a ``vmap``): ``of(inputs)`` is the state of the item whose inputs (the
-    ``inputs`` of :func:`attach`, as plain arrays) are ``inputs``. :func:`attach` and
-    :func:`attach_linear` take one as their ``state``; the rules then see the item's."""
-
-    def of(self, inputs):
-        """The state of the item of ``inputs`` (a tuple of plain arrays)."""
-        raise NotImplementedError
 
 
 def transformed(*xs):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from . import ItemState
+from .item_state import ItemState
 
 
 def transformed(*xs):

@@ -12,7 +12,7 @@ worker lost (:func:`lost_worker`), :meth:`TileSet.rebuild` places new actors on 
 workers (the same rectangles; positions and masses recomputed from the input's graph if
 their chunks died too) and gives them the checkpointed weights: the step is redone.
 
-Each tile also restores glibc's heap thresholds in its worker (:func:`heap_for_temporaries`).
+Each tile also restores glibc's heap thresholds in its worker (:func:`.tile.heap_for_temporaries`).
 """
 from __future__ import annotations
 
@@ -45,28 +45,6 @@ def tile_levels(n, workers, tiles_per_worker=None):
     elif not (isinstance(tiles_per_worker, (int, np.integer)) and tiles_per_worker >= 1):
         raise ValueError(f"tiles_per_worker must be a positive integer or None, got {tiles_per_worker!r}")
     return max(0, math.ceil(math.log2(max(1, tiles_per_worker * workers))))
-
-
-#: glibc's largest dynamic mmap threshold on 64-bit hosts (``DEFAULT_MMAP_THRESHOLD_MAX``).
-MMAP_THRESHOLD = 32 << 20
-
-
-def heap_for_temporaries():
-    """Let this process's NumPy temporaries up to :data:`MMAP_THRESHOLD` bytes reuse the heap.
-
-    A dask nanny starts its worker with ``MALLOC_TRIM_THRESHOLD_=65536``, and setting it
-    turns off glibc's dynamic mmap threshold: every array above 128 KiB is then mapped and
-    unmapped afresh, and its pages faulted in each time (2e5 Diracs: the tiles' trials took
-    3.3 times the CPU of the same tiles in one process). ``mallopt`` restores the thresholds
-    that glibc would reach by itself (mmap 32 MiB, trim twice that). No-op off glibc."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, MMAP_THRESHOLD)        # M_MMAP_THRESHOLD
-        libc.mallopt(-1, 2 * MMAP_THRESHOLD)    # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):
-        pass
 
 
 def checked(positions):

@@ -20,7 +20,7 @@ import numpy as np
 
 from .._core import geometry, newton
 from .._host.threads import host_settings
-from . import dimensions, setup, tiling
+from . import dimensions, tiling
 from .tile_system import TileSystem, cells_of, kept
 
 
@@ -45,7 +45,7 @@ class Tile:
     """
 
     def __init__(self, index, lo, hi, centre, scale, density, total, aggregate_size, threads, diagram, *pieces):
-        setup.heap_for_temporaries()
+        heap_for_temporaries()
         self.dim = lo.shape[0]
         positions = np.concatenate([p[0] for p in pieces]) if pieces else np.zeros((0, self.dim))
         self.index, self.lo, self.hi, self.density, self.total = index, lo, hi, density, total
@@ -314,3 +314,25 @@ class Tile:
             cells = cells_of(self.ev)
             fans = geom.fans(np, self.local_seeds, psi, self.local_active, cells)
             return float(geom.hiding_step(np, self.local_seeds, psi, d, owned, cells, fans))
+
+
+#: glibc's largest dynamic mmap threshold on 64-bit hosts (``DEFAULT_MMAP_THRESHOLD_MAX``).
+MMAP_THRESHOLD = 32 << 20
+
+
+def heap_for_temporaries():
+    """Let this process's NumPy temporaries up to :data:`MMAP_THRESHOLD` bytes reuse the heap.
+
+    A dask nanny starts its worker with ``MALLOC_TRIM_THRESHOLD_=65536``, and setting it
+    turns off glibc's dynamic mmap threshold: every array above 128 KiB is then mapped and
+    unmapped afresh, and its pages faulted in each time (2e5 Diracs: the tiles' trials took
+    3.3 times the CPU of the same tiles in one process). ``mallopt`` restores the thresholds
+    that glibc would reach by itself (mmap 32 MiB, trim twice that). No-op off glibc."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, MMAP_THRESHOLD)        # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 2 * MMAP_THRESHOLD)    # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):
+        pass
