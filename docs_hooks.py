@@ -2,6 +2,7 @@
 the gallery (``examples/gallery/build.py``'s table): a page per example with its text, picture
 and code, the thumbnails on gallery.md, and a full-size run of an example whose picture is
 missing (of every example with ``SDOT_GALLERY=rebuild``)."""
+import functools
 import importlib.util
 import os
 import re
@@ -14,7 +15,9 @@ ROOT = Path(__file__).resolve().parent
 THUMBNAILS = "<!-- gallery thumbnails -->"
 
 
+@functools.cache
 def _gallery():
+    """examples/gallery/build.py, loaded once (its ``GALLERY`` table and ``run``)."""
     spec = importlib.util.spec_from_file_location("gallery_build", ROOT / "examples" / "gallery" / "build.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
