@@ -144,6 +144,12 @@ class Driver:
         Created with mode 0700; one writable by others is refused (JAX executes what it
         holds). JAX stores no program that calls back into Python, so it serves the
         compiled route without host callbacks (GPU, TPU), not the callback route.
+    host : bool
+        Whether torch and JAX arrays on the CPU use the host: NumPy views, the compiled
+        kernels, host callbacks under ``jax.jit`` (``$SDOT_HOST``, default True). False: they
+        take the route of a GPU on the CPU, array-API code only (under ``jax.jit`` the
+        compiled route, whatever ``jit_route``, its program without host callbacks), to test
+        or measure that route without a GPU. NumPy arrays always use the host.
     """
 
     def __init__(self, environ=None):
@@ -171,6 +177,20 @@ class Driver:
     jax_cache = _Setting(_check_jax_cache, "None (off), or the directory of JAX's persistent compilation "
                          "cache (True or '1': ~/.cache/sdot/jax/<hostname>).")
 
+    @property
+    def host(self):
+        from ._host.threads import settings
+
+        return settings().reachable
+
+    @host.setter
+    def host(self, value):
+        if not isinstance(value, bool):
+            raise ValueError(f"driver.host must be True or False, got {value!r}")
+        from ._host.threads import configure
+
+        configure(reachable=value)
+
     def __setattr__(self, name, value):
         super().__setattr__(name, value)
         if name == "_jax_cache" and "jax" in sys.modules:
@@ -180,7 +200,7 @@ class Driver:
 
     def __repr__(self):
         return (f"Driver(framework={self.framework!r}, dtype={self.dtype!r}, "
-                f"device={self.device!r}, jit_route={self.jit_route!r}, jax_cache={self.jax_cache!r})")
+                f"device={self.device!r}, jit_route={self.jit_route!r}, jax_cache={self.jax_cache!r}, host={self.host!r})")
 
 
 driver = Driver()

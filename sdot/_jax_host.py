@@ -28,13 +28,13 @@ import numpy as np
 
 from . import _autodiff, _differentiable, _driver
 from ._core import _compat, newton, plan, sensitivity
-from ._host.threads import HOST_THREAD
+from ._host.threads import HOST_THREAD, settings as host_settings
 
 
 def takes(xp, cut) -> bool:
     """Whether the solve of the detached problem ``cut`` (not taken by the eager host path)
     runs as a host callback: JAX arrays on the CPU and ``driver.jit_route == "callback"``."""
-    if not aac.is_jax_namespace(xp) or _driver.driver.jit_route != "callback":
+    if not aac.is_jax_namespace(xp) or _driver.driver.jit_route != "callback" or not host_settings().reachable:
         return False
     import jax
 

@@ -12,16 +12,18 @@ from . import _autodiff, _differentiable, _driver, _jax_host
 from ._core import _compat, newton, plan
 from ._core.density import grid_density
 from ._diagram import PowerDiagram
+from ._host.threads import settings as host_settings
 from ._checks import check_values
 from ._diagnosis import failure
 from ._ot_plan import OtNotConverged, OtPlan, PLAN_ARRAYS, zero_d
 
 
 @functools.cache
-def jax_solve_plan():
+def jax_solve_plan(reachable=True):
     """:func:`plan.solve_plan` under one ``jax.jit`` (compiled once per shape, inlined
     in the caller's trace). JAX compiles every eager operation separately: one
-    program for the whole solve is faster, and eager and traced calls share it."""
+    program for the whole solve is faster, and eager and traced calls share it. One per
+    setting of ``HostSettings.reachable`` (their traces differ: host callbacks or none)."""
     import jax
 
     def run(prob, tol, max_iter, log, capacity, options):
@@ -46,7 +48,8 @@ def _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options):
         fields, stop = _jax_host.solve(prob, cut, tol, max_iter, log, nan_on_failure, options)
         return OtPlan(**fields), stop
     if aac.is_jax_namespace(xp) or _compat.static_shapes(cut.seeds):
-        solve = jax_solve_plan() if aac.is_jax_namespace(xp) else functools.partial(plan.solve_plan, xp)
+        solve = (jax_solve_plan(host_settings().reachable) if aac.is_jax_namespace(xp)
+                 else functools.partial(plan.solve_plan, xp))
         if aac.is_jax_namespace(xp):            # traced, not static: a new tol or max_iter compiles nothing
             tol, max_iter = xp.asarray(tol, dtype=cut.seeds.dtype), xp.asarray(max_iter)
         res = plan.grown_until_fits(lambda capacity: solve(cut, tol=tol, max_iter=max_iter, log=log,

@@ -19,7 +19,16 @@ def _threads_from_environment() -> int:
 
 
 def _compiled_from_environment() -> bool:
-    return os.environ.get("SDOT_COMPILED", "1").strip().lower() not in ("0", "false", "no", "off")
+    return _switch("SDOT_COMPILED")
+
+
+def _host_from_environment() -> bool:
+    return _switch("SDOT_HOST")
+
+
+def _switch(variable) -> bool:
+    """An on/off environment variable, on unless "0", "false", "no" or "off"."""
+    return os.environ.get(variable, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +53,10 @@ class HostSettings:
     #: Whether the compiled host kernels (:mod:`sdot._host.compiled`, numba) run where they
     #: can: ``SDOT_COMPILED`` (default on; "0" runs the array-API kernels on the host too).
     compiled: bool = dataclasses.field(default_factory=_compiled_from_environment)
+    #: Whether torch and JAX arrays on the CPU reach the host (NumPy views, host callbacks
+    #: under ``jax.jit``, the compiled kernels): ``SDOT_HOST`` (default on). Off, they take
+    #: the array-API route that a GPU takes, on the CPU (NumPy arrays are the host's own).
+    reachable: bool = dataclasses.field(default_factory=_host_from_environment)
     #: Vertex slots of the narrow pass of ``_compat.slotwise`` (98% of the cells of uniform
     #: seeds have at most 8 vertices, all but 0.03% at most 10).
     narrow: int = 8
@@ -69,6 +82,12 @@ def host_settings(**changes):
         yield settings()
     finally:
         _settings.pop()
+
+
+def configure(**changes):
+    """The fields ``changes`` of the process's :class:`HostSettings`, for good (at every level
+    of :func:`host_settings` blocks in force): the driver's settings that live here."""
+    _settings[:] = [dataclasses.replace(s, **changes) for s in _settings]
 
 
 def block_rows(n: int, threads: int) -> int:

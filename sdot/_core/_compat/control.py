@@ -66,22 +66,25 @@ def jit_on_jax(*static_argnames):
 
     JAX dispatches eager operations one by one and compiles each for each new
     shape; a jitted kernel compiles once per shape. ``xp`` (the first argument)
-    and ``static_argnames`` are static. Other frameworks call the function as is.
+    and ``static_argnames`` are static. Other frameworks call the function as is. One
+    jitted function per setting of ``HostSettings.reachable``: a trace with host callbacks
+    serves only the host's route.
     """
     def wrap(fn):
-        jitted = []
+        jitted = {}
 
         def call(xp, *args, **kwargs):
             if "jax" in getattr(xp, "__name__", ""):
-                if not jitted:
+                reachable = host_threads.settings().reachable
+                if reachable not in jitted:
                     import inspect
 
                     import jax
 
                     names = list(inspect.signature(fn).parameters)
                     nums = (0,) + tuple(names.index(a) for a in static_argnames)
-                    jitted.append(jax.jit(fn, static_argnums=nums, static_argnames=static_argnames))
-                return jitted[0](xp, *args, **kwargs)
+                    jitted[reachable] = jax.jit(fn, static_argnums=nums, static_argnames=static_argnames)
+                return jitted[reachable](xp, *args, **kwargs)
             return fn(xp, *args, **kwargs)
 
         call.__doc__, call.__name__, call.__wrapped__ = fn.__doc__, fn.__name__, fn

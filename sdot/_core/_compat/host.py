@@ -12,6 +12,7 @@ import sys
 import array_api_compat as aac
 import numpy as np
 
+from ..._host import threads as host_threads
 from ..._host.threads import HOST_THREAD
 
 
@@ -42,9 +43,12 @@ def _strict_without_data_dependent_shapes(xs) -> bool:
 
 
 def host_view(x):
-    """A NumPy view of a concrete CPU array, or None (traced, GPU, strict...)."""
+    """A NumPy view of a concrete CPU array, or None (traced, GPU, strict, or a torch or JAX
+    array while ``HostSettings.reachable`` is off)."""
     if aac.is_numpy_array(x):
         return x
+    if not host_threads.settings().reachable:
+        return None
     if aac.is_torch_array(x):          # (NumPy has no bfloat16)
         on_host = x.device.type == "cpu" and not _functorch_wrapped(x) and str(x.dtype) != "torch.bfloat16"
         return x.detach().numpy() if on_host else None
@@ -123,7 +127,7 @@ def host_callback(xp, fn, result_shape, result_dtype, *args):
     if is_traced(*args):
         import jax
 
-        if jax.default_backend() != "cpu":
+        if jax.default_backend() != "cpu" or not host_threads.settings().reachable:
             return None
         result_dtype = _without_x64(result_dtype)
         spec = jax.ShapeDtypeStruct(result_shape, result_dtype)

@@ -100,9 +100,11 @@ def _rolled(xp, x, shift: int):
 
 def clip(xp, cells, normal, offset, label, apply):
     """``cells`` clipped by the half-spaces ``u . normal <= offset`` where ``apply``: see
-    :func:`_clip_all` (static shapes, and JAX, where it is compiled once) and
-    :func:`_clip_listed` (eagerly, in place)."""
-    if _compat.static_shapes(cells.vertices, normal) or aac.is_jax_array(cells.vertices):
+    :func:`_clip_all` (static shapes; JAX, where it is compiled once; torch off the host, a
+    GPU's, where the listing's reads of sizes would make the device wait at every clip) and
+    :func:`_clip_listed` (eagerly on the host, in place)."""
+    if (_compat.static_shapes(cells.vertices, normal) or aac.is_jax_array(cells.vertices)
+            or (aac.is_torch_array(cells.vertices) and _compat.host_view(cells.vertices) is None)):
         return _clip_all(xp, cells, normal, offset, label, apply)
     return _clip_listed(xp, cells, normal, offset, label, apply)
 
