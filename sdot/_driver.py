@@ -76,6 +76,18 @@ def _check_jax_cache(value):
     return _jax_cache.directory(value)
 
 
+def _check_size_buckets(value):
+    """A bool, from True/False or "1"/"0", "on"/"off", "true"/"false", "yes"/"no"."""
+    if isinstance(value, bool):
+        return value
+    name = str(value).strip().lower()
+    if name in ("1", "on", "true", "yes"):
+        return True
+    if name in ("0", "off", "false", "no"):
+        return False
+    raise ValueError(f"sdot.driver.size_buckets must be True or False (or '1', '0', 'on', 'off'), got {value!r}")
+
+
 def _detect_framework(environ, modules, installed=None):
     """The framework chosen at import time (docs/backends.md, "Which framework at import", in this order)."""
     if environ.get("SDOT_FRAMEWORK"):
@@ -144,6 +156,12 @@ class Driver:
         Created with mode 0700; one writable by others is refused (JAX executes what it
         holds). JAX stores no program that calls back into Python, so it serves the
         compiled route without host callbacks (GPU, TPU), not the callback route.
+    size_buckets : bool
+        Whether an eager call on JAX arrays that runs the compiled solve (arrays on a GPU or
+        TPU, or ``host`` False) pads the Diracs to the next size ``m 2^e`` (``8 <= m < 16``,
+        at most 1/8 more; Diracs of zero mass at one point of the domain, which take no cell): sizes a
+        few percent apart then share one compiled program (``$SDOT_SIZE_BUCKETS``, default
+        True). Under your own ``jax.jit`` the program is yours: pad there (docs/backends.md).
     host : bool
         Whether torch and JAX arrays on the CPU use the host: NumPy views, the compiled
         kernels, host callbacks under ``jax.jit`` (``$SDOT_HOST``, default True). False: they
@@ -158,7 +176,8 @@ class Driver:
                                    ("dtype", "SDOT_DTYPE", "FP64"),
                                    ("device", "SDOT_DEVICE", None),
                                    ("jit_route", "SDOT_JIT_ROUTE", "callback"),
-                                   ("jax_cache", "SDOT_JAX_CACHE", None)):
+                                   ("jax_cache", "SDOT_JAX_CACHE", None),
+                                   ("size_buckets", "SDOT_SIZE_BUCKETS", True)):
             value = environ.get(var) or default
             if attr == "framework":
                 value = _detect_framework(environ, sys.modules)
@@ -176,6 +195,8 @@ class Driver:
                          "the CPU (the NumPy core in one host callback, or the whole solve compiled).")
     jax_cache = _Setting(_check_jax_cache, "None (off), or the directory of JAX's persistent compilation "
                          "cache (True or '1': ~/.cache/sdot/jax/<hostname>).")
+    size_buckets = _Setting(_check_size_buckets, "True or False: eager JAX solves that compile (off the host) "
+                            "pad the Diracs to a few sizes.")
 
     @property
     def host(self):
@@ -200,7 +221,8 @@ class Driver:
 
     def __repr__(self):
         return (f"Driver(framework={self.framework!r}, dtype={self.dtype!r}, "
-                f"device={self.device!r}, jit_route={self.jit_route!r}, jax_cache={self.jax_cache!r}, host={self.host!r})")
+                f"device={self.device!r}, jit_route={self.jit_route!r}, jax_cache={self.jax_cache!r}, host={self.host!r}, "
+                f"size_buckets={self.size_buckets!r})")
 
 
 driver = Driver()

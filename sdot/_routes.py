@@ -33,9 +33,66 @@ def jax_solve_plan(reachable=True):
 
 def solve(xp, prob, tol, max_iter, log, nan_on_failure, options):
     """Solve with the Newton ``options`` (a :class:`._core.options.NewtonOptions`) on inputs
-    cut from the autodiff graph, then attach the analytic gradients."""
+    cut from the autodiff graph, then attach the analytic gradients. An eager JAX solve that
+    compiles is padded to :func:`bucket_size` (``sdot.driver.size_buckets``)."""
     with _driver.quiet_int64(), _driver.one_thread(xp):
-        return _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options)
+        n = prob.seeds.shape[0]
+        size = bucket_size(n) if _compiles_eagerly(xp, prob) and _driver.driver.size_buckets else n
+        padded = _padded(xp, prob, size) if size > n else None
+        if padded is None:
+            return _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options)
+        out, stop = _solve_quietly(xp, padded, tol, max_iter, log, nan_on_failure, options)
+        return _first_rows(xp, out, n, prob.density), stop
+
+
+def bucket_size(n):
+    """The size an eager compiled JAX solve of ``n`` Diracs runs at: the least ``m 2^e >= n``
+    with ``8 <= m <= 16`` (``n`` itself up to 16), at most ``n / 8`` more. Sizes a few percent
+    apart share it, and so one compiled program (:func:`jax_solve_plan`)."""
+    if n <= 16:
+        return n
+    step = 1 << ((n - 1).bit_length() - 4)
+    return -(-n // step) * step
+
+
+def _compiles_eagerly(xp, prob):
+    """Whether ``prob`` (concrete JAX arrays) is solved by the compiled :func:`jax_solve_plan`:
+    not on the host (a GPU, or ``sdot.driver.host`` False), not under ``jit`` (``grad`` may wrap it)."""
+    if not aac.is_jax_namespace(xp):
+        return False
+    cut = newton.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
+                         type(prob.density)(*(_autodiff.detach(a) for a in prob.density)))
+    return not any(map(_driver.is_tracer, (cut.seeds, cut.masses, *cut.density))) and _jax_on_host(xp, cut) is None
+
+
+#: Where the padding Diracs sit, as a fraction of the domain along each axis: a point no
+#: user is likely to put a Dirac on (a collision is checked for: then no padding).
+PAD_AT = (0.6180339887498949, 0.4142135623730951, 0.7320508075688772)
+
+
+def _padded(xp, prob, size):
+    """``prob`` with ``size - n`` Diracs of zero mass at one point inside the domain
+    (constants): a group of zero mass, which takes no cell, no share of the potential's mean
+    and leaves the box of the seeds as it was. None if a Dirac sits on that point."""
+    n, d = prob.seeds.shape
+    dev = aac.device(prob.masses)
+    lo, hi = (_autodiff.detach(a) for a in (prob.lo, prob.hi))
+    point = lo + (hi - lo) * xp.asarray(PAD_AT[:d], dtype=lo.dtype, device=dev)
+    if bool(xp.any(xp.all(_autodiff.detach(prob.seeds) == point[None, :], axis=1))):
+        return None
+    pads = xp.broadcast_to(point[None, :], (size - n, d))
+    zeros = xp.zeros((size - n,), dtype=prob.masses.dtype, device=dev)
+    return newton.Problem(xp.concat([prob.seeds, pads]), xp.concat([prob.masses, zeros]), prob.density)
+
+
+def _first_rows(xp, out, n, density):
+    """The plan ``out`` of a :func:`_padded` problem, cut to its first ``n`` Diracs; its
+    diagram's cells are computed when asked."""
+    arrays = {k: getattr(out, k)[:n, ...] for k in _differentiable.PLAN_OUTPUTS}
+    diagram = PowerDiagram._at_weights(_autodiff.detach(out.power_diagram.positions[:n, :]),
+                                       _autodiff.detach(arrays["brenier_potential"]), density)
+    return OtPlan(distance=out.distance, power_diagram=diagram,
+                  **arrays, **{k: getattr(out, k) for k in PLAN_ARRAYS if k not in arrays})
 
 
 def _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options):

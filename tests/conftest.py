@@ -202,9 +202,9 @@ def sdot_driver():
     """``sdot.driver``, with its settings restored after the test."""
     from sdot._driver import driver
 
-    saved = driver.framework, driver.dtype, driver.device, driver.jit_route, driver.host
+    saved = driver.framework, driver.dtype, driver.device, driver.jit_route, driver.host, driver.size_buckets
     yield driver
-    driver.framework, driver.dtype, driver.device, driver.jit_route, driver.host = saved
+    driver.framework, driver.dtype, driver.device, driver.jit_route, driver.host, driver.size_buckets = saved
 
 
 @pytest.fixture

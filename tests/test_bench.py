@@ -1,8 +1,11 @@
-"""The benchmark's choice of a row among repeated runs (``python -m bench --repeat K``)."""
+"""The benchmark's choice of a row among repeated runs (``python -m bench --repeat K``), its
+hard cases, and the GPU table (``python -m bench.gpu``)."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository's bench/
 
@@ -59,3 +62,16 @@ def test_hard_case_row_in_this_process(sdot_driver):
     row = run_one("numpy", "repeated")
     assert row["converged"] and row["residual"] <= 1e-10 and row["steps"] >= 1
     assert _row(row).startswith("| repeated | numpy | ")
+
+
+def test_gpu_table_refuses_without_a_gpu_and_runs_the_gpu_route_on_the_cpu(sdot_driver, capsys):
+    """``python -m bench.gpu``: no GPU here, so status 2 and a message saying so; a row of
+    ``--cpu`` (the GPU's route on the CPU, torch) is a converged solve."""
+    pytest.importorskip("torch")
+    from bench.gpu import _line, main, run
+
+    assert main(["--frameworks", "torch"]) == 2
+    assert "no GPU here" in capsys.readouterr().err
+    row = run("torch", 2, 50, cpu=True)
+    assert sdot_driver.host is False and row["steps"] >= 1 and row["warm"] > 0 and row["peak"] is None
+    assert _line(row).split()[:4] == ["torch", "2", "50", str(row["steps"])]

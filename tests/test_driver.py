@@ -27,7 +27,8 @@ SCRIPTS = {
     # SDOT_* variables are read; torch/jax stay unimported; with the NumPy framework, a measure
     # built once the user has imported jax is a pytree (no import hook, no solve needed).
     "env": ({"SDOT_FRAMEWORK": "numpy", "SDOT_DTYPE": "fp32", "SDOT_DEVICE": "cpu", "SDOT_JIT_ROUTE": "Compiled",
-             "SDOT_JAX_CACHE": "0", "SDOT_HOST": "off"}, """
+             "SDOT_JAX_CACHE": "0", "SDOT_HOST": "off",
+             "SDOT_SIZE_BUCKETS": "No"}, """
         import sys, numpy as np, sdot
         out = dict(driver=repr(sdot.driver),
                    imported=[m for m in ("torch", "jax") if m in sys.modules])
@@ -96,7 +97,7 @@ def fresh():
 def test_env_variables_and_no_framework_import(fresh):
     out = fresh["env"]
     assert out["driver"] == ("Driver(framework='numpy', dtype='FP32', device='cpu', jit_route='compiled', "
-                             "jax_cache=None, host=False)")
+                             "jax_cache=None, host=False, size_buckets=False)")
     assert out["imported"] == [] and out["dtype"] == "float32"
     assert out["jit"] == pytest.approx([1 / 3] * 3)  # pytree registered when built with jax imported
     assert out["meta_path"] == []                      # sdot installs no import hook
@@ -153,6 +154,7 @@ def test_settings_from_environment():
     ("framework", "tensorflow", "numpy"), ("framework", None, "torch"),
     ("dtype", "FP16", "FP64"), ("dtype", "float64", "FP32"),
     ("device", "gpu", "cuda:N"), ("device", "cuda:x", "mps"), ("jit_route", "jit", "callback"),
+    ("size_buckets", "sometimes", "True or False"),
 ])
 def test_invalid_settings(sdot_driver, setting, value, allowed):
     before = getattr(sdot_driver, setting)

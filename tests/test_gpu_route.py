@@ -101,3 +101,35 @@ def test_jax_programs_on_the_gpu_route_hold_no_host_callback(sdot_driver, dim):
                 "barycentres": lambda x, v: sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(v)).barycenters}
     for name, fn in programs.items():
         assert "callback" not in jax.jit(fn).lower(x, values).as_text(), name
+
+
+@pytest.mark.slow
+def test_eager_jax_on_the_gpu_route_pads_nearby_sizes_into_one_program(sdot_driver, caplog):
+    """Eager JAX calls off the host run the compiled solve: 41 and 43 Diracs, padded to 44 by
+    Diracs of zero mass (``driver.size_buckets``), compile one program between them; the plans
+    (cut to their Diracs) are the host route's, and eager ``jax.grad`` (its derivative rule
+    traced around concrete cells) is ``2 m (x - b)``."""
+    jax = pytest.importorskip("jax")
+    jax.config.update("jax_enable_x64", True)
+    from sdot._routes import bucket_size
+
+    assert [bucket_size(n) for n in (16, 17, 41, 43, 44, 45, 1000, 1024, 1025, 1100)] == [16, 18, 44, 44, 44, 48,
+                                                                                         1024, 1024, 1152, 1152]
+    sdot_driver.framework, sdot_driver.host = "jax", False
+    caplog.set_level("WARNING")
+    for n in (41, 43):
+        x, values = _problem(2, n, seed=n)
+        with jax.log_compiles():
+            plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(jax.numpy.asarray(x)), sdot.Grid(values), tol=1e-11)
+        grad = jax.grad(lambda x: sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(values), tol=1e-11))(
+            jax.numpy.asarray(x))
+        sdot_driver.framework = "numpy"
+        host = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(values), tol=1e-11)
+        sdot_driver.framework = "jax"
+        assert plan.barycenters.shape == (n, 2) and plan.power_diagram.positions.shape == (n, 2)
+        assert abs(float(plan.distance) / float(host.distance) - 1) < 1e-10
+        for name in ("barycenters", "brenier_potential", "cell_masses"):
+            np.testing.assert_allclose(getattr(plan, name), getattr(host, name), atol=1e-9, err_msg=name)
+        np.testing.assert_allclose(grad, 2.0 / n * (x - host.barycenters), atol=1e-9)
+    compiles = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Compiling jit(run)")]
+    assert len(compiles) == 1, compiles

@@ -156,7 +156,8 @@ def test_the_callback_and_the_compiled_route_agree(sdot_driver):
     """One solve in one program, ``tol`` and ``max_iter`` traced (the compiled route compiles it
     once for all three calls): W2^2, the barycentres, the gradient of W2^2 and a
     vector-Jacobian product of the barycentres agree to 1e-10; the compiled solve obeys the
-    traced options."""
+    traced options. The compiled route is a GPU's (``driver.host = False``): its later calls
+    move nothing between host and device (``jax.transfer_guard("disallow")``)."""
     sdot_driver.framework = "jax"
     x, w, img = problem(20, seed=4)
     c = jnp.asarray(np.random.default_rng(5).normal(size=x.shape))
@@ -170,11 +171,13 @@ def test_the_callback_and_the_compiled_route_agree(sdot_driver):
         return (value, b, pullback((jnp.ones(()), jnp.zeros_like(b))), pullback((jnp.zeros(()), c))), status
     routes = {}
     for route in ("callback", "compiled"):      # the route is read when tracing: one function each
-        sdot_driver.jit_route = route
+        sdot_driver.jit_route, sdot_driver.host = route, route == "callback"
         jitted = jax.jit(lambda *args: program(*args))
-        routes[route] = jitted(x, w, img, 1e-11, 300)
+        routes[route] = jitted(x, w, img, jnp.asarray(1e-11), jnp.asarray(300))
     assert_close(routes["callback"][0], routes["compiled"][0], rtol=1e-10, atol=1e-10)
-    loose, cut = jitted(x, w, img, 1e-4, 300)[1], jitted(x, w, img, 1e-11, 1)[1]
+    options = [(jnp.asarray(tol), jnp.asarray(steps)) for tol, steps in ((1e-4, 300), (1e-11, 1))]
+    with jax.transfer_guard("disallow"):             # on the device: arguments, results and all between
+        (_, loose), (_, cut) = (jitted(x, w, img, *o) for o in options)
     assert jitted._cache_size() == 1
     assert float(routes["compiled"][1][0]) <= 1e-11 < float(loose[0]) <= 1e-4 and bool(loose[1])
     assert not bool(cut[1]) and float(cut[0]) > 1e-11

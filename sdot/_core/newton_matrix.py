@@ -60,7 +60,7 @@ def _laplacian(xp, seeds, cells, facet, active, rhs, regularisation):
     :func:`._compat.blockwise`).
     """
     n = cells.labels.shape[0]
-    if _compat.static_shapes(seeds, cells.labels, facet):
+    if _compat.static_shapes(seeds, cells.labels, facet, rhs):     # rhs: traced under a derivative rule
         rows = xp.arange(n, dtype=xp.int64, device=aac.device(seeds))
         rows_per_slot = xp.broadcast_to(rows[:, None], cells.labels.shape)
         other, w = _compat.slotwise(xp, lambda c, r, lab, f: _facet_weights(xp, seeds, r, lab, c, f),
