@@ -222,13 +222,15 @@ def initial_weights(xp, prob, active, targets, options, capacity=None):
         wide = _worst_ratio(xp, integrals_at(xp, prob, ev.cells, widest).moments, targets, active)
         return xp.where(now >= options.start_admissible, 2.0 + now, wide)
 
+    def try_start(k, best):             # a loop, not two calls: one diagram in the traced program
+        psi1 = _compat.cond(k == 0, lambda: starts.similarity_weights(xp, prob, options),
+                            lambda: starts.rank_weights(xp, prob, targets, options))
+        ev1 = evaluate(xp, prob, psi1, active, capacity=ev.cells.labels.shape[1], diagram=options.diagram)
+        s1 = score(ev1)
+        return _compat.cond(s1 > best[2], lambda: (psi1, ev1, s1), lambda: best)
+
     def moved():
-        best = (zero, ev, score(ev))
-        for psi1 in (starts.similarity_weights(xp, prob, options), starts.rank_weights(xp, prob, targets, options)):
-            ev1 = evaluate(xp, prob, psi1, active, capacity=ev.cells.labels.shape[1], diagram=options.diagram)
-            s1 = score(ev1)
-            best = _compat.cond(s1 > best[2], lambda c=(psi1, ev1, s1): c, lambda c=best: c)
-        return best[:2]
+        return _compat.fori_loop(0, 2, try_start, (zero, ev, score(ev)))[:2]
     psi, ev = _compat.cond(fair, lambda: (zero, ev), moved)
     fair = _worst_ratio(xp, ev.moments, targets, active) >= options.start_admissible
     width, ev = _compat.cond(fair, lambda: (xp.zeros_like(widest), ev),
