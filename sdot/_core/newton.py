@@ -410,11 +410,12 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
 
             def damped():
                 return damped_step(stage_prob, st.width, st.psi, st.ev, d, norm0, t1, st.floor) + (d,)
-            t, new, ok, overflowed, step = _compat.cond(wide, balanced, damped)
+            t, new, ok, overflowed, step = _compat.cond(wide, lambda: (xp.zeros_like(st.t), st.ev, no, no, d), damped)
             # the step after a stalled one: if no damping is accepted again, the line search of
-            # the dual along the direction (an ascent direction of the dual: <d, DG d> > 0)
+            # the dual along the direction (an ascent direction of the dual: <d, DG d> > 0);
+            # one call for both cases: one line search in the traced program
             t, new, ok, overflowed, step = _compat.cond(
-                ~ok & ~wide & (st.stalls > 0), balanced, lambda: (t, new, ok, overflowed, step))
+                wide | (~ok & (st.stalls > 0)), balanced, lambda: (t, new, ok, overflowed, step))
             psi, ev = _compat.cond(ok, lambda: (st.psi + t * step, new), lambda: (st.psi, st.ev))
             err = error(ev.moments, st.width)[0]
             if log is not None:
