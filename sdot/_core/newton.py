@@ -222,15 +222,19 @@ def initial_weights(xp, prob, active, targets, options, capacity=None):
         wide = _worst_ratio(xp, integrals_at(xp, prob, ev.cells, widest).moments, targets, active)
         return xp.where(now >= options.start_admissible, 2.0 + now, wide)
 
-    def try_start(k, best):             # a loop, not two calls: one diagram in the traced program
-        psi1 = _compat.cond(k == 0, lambda: starts.similarity_weights(xp, prob, options),
+    def candidate(k):
+        """The Voronoi start's evaluation (k = 0), or the similarity's (1), or the ranks' (2)."""
+        psi1 = _compat.cond(k == 1, lambda: starts.similarity_weights(xp, prob, options),
                             lambda: starts.rank_weights(xp, prob, targets, options))
-        ev1 = evaluate(xp, prob, psi1, active, capacity=ev.cells.labels.shape[1], diagram=options.diagram)
+        return psi1, evaluate(xp, prob, psi1, active, capacity=ev.cells.labels.shape[1], diagram=options.diagram)
+
+    def try_start(k, best):             # a loop, not three calls: one diagram, one score in the traced program
+        psi1, ev1 = _compat.cond(k == 0, lambda: (zero, ev), lambda: candidate(k))
         s1 = score(ev1)
-        return _compat.cond(s1 > best[2], lambda: (psi1, ev1, s1), lambda: best)
+        return _compat.cond((k == 0) | (s1 > best[2]), lambda: (psi1, ev1, s1), lambda: best)
 
     def moved():
-        return _compat.fori_loop(0, 2, try_start, (zero, ev, score(ev)))[:2]
+        return _compat.fori_loop(0, 3, try_start, (zero, ev, xp.full_like(side, -xp.inf)))[:2]
     psi, ev = _compat.cond(fair, lambda: (zero, ev), moved)
     fair = _worst_ratio(xp, ev.moments, targets, active) >= options.start_admissible
     width, ev = _compat.cond(fair, lambda: (xp.zeros_like(widest), ev),
@@ -244,15 +248,21 @@ def first_width(xp, prob, cells, active, targets, options):
     ``options.admissible`` of its target, and every wider one too (the widest if none),
     and the evaluation there."""
     side = xp.max(prob.hi - prob.lo)
+    dev = aac.device(cells.count)
 
-    def narrower(state):
-        width, _ = state
-        ratio = _worst_ratio(xp, integrals_at(xp, prob, cells, width / 4.0).moments, targets, active)
-        ok = (width / 4.0 > options.min_width * side) & (ratio >= options.admissible)
-        return xp.where(ok, width / 4.0, width), ok
-    yes = xp.asarray(True, device=aac.device(cells.count))
-    width = _compat.while_loop(lambda state: state[1], narrower, (options.widest * side, yes))[0]
-    return width, integrals_at(xp, prob, cells, width)
+    def narrower(state):            # the widest first, kept whatever; then each narrower one while admissible
+        width, _, ev, k = state
+        trial = xp.where(k == 0, width, width / 4.0)
+        ev_trial = integrals_at(xp, prob, cells, trial)
+        ratio = _worst_ratio(xp, ev_trial.moments, targets, active)
+        ok = (k == 0) | ((trial > options.min_width * side) & (ratio >= options.admissible))
+        width, ev = _compat.cond(ok, lambda: (trial, ev_trial), lambda: (width, ev))
+        return width, ok, ev, k + 1
+    # the evaluation rides in the loop: one integration in a traced program
+    start = (options.widest * side, xp.asarray(True, device=dev), _without_integrals(xp, cells, prob.seeds.shape[1]),
+             xp.asarray(0, device=dev))
+    width, _, ev, _ = _compat.while_loop(lambda state: state[1], narrower, start)
+    return width, ev
 
 
 class _Stage(NamedTuple):
