@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.children import child_row
+
 COLUMNS = ("steps", "first", "warm", "peak")
 FRAMEWORKS = ("jax", "torch")
 
@@ -125,18 +124,9 @@ def main(argv=None):
     for framework in frameworks:
         for dim in args.dims:
             for n in args.n:
-                cmd = [sys.executable, "-m", "bench.gpu", "--one", framework, str(dim), str(n)]
-                cmd += ["--cpu"] if args.cpu else []
-                try:
-                    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
-                except subprocess.TimeoutExpired:
-                    print(f"{framework:6} {dim:3d} {n:7d} more than {args.timeout:.0f} s", flush=True)
-                    continue
-                lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-                if out.returncode or not lines:
-                    print(f"{framework:6} {dim:3d} {n:7d} failed: {out.stderr.strip().splitlines()[-1:]}", flush=True)
-                    continue
-                print(_line(json.loads(lines[-1])), flush=True)
+                row, why = child_row(["bench.gpu", "--one", framework, str(dim), str(n)] + (["--cpu"] if args.cpu else []),
+                                     args.timeout)
+                print(_line(row) if row else f"{framework:6} {dim:3d} {n:7d} {why}", flush=True)
     return 0
 
 

@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.children import child_row
+
 COLUMNS = ("import", "first", "steady", "new N", "vg first", "vg steady")
 
 
@@ -96,17 +94,10 @@ def main(argv=None):
     for target in args.targets:
         for n in args.n:
             for route in args.routes:
-                cmd = [sys.executable, "-m", "bench.jit_latency", "--one", route, target, str(n)]
-                try:
-                    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=args.timeout)
-                except subprocess.TimeoutExpired:
-                    print(f"{target:6} {n:7d} {route:9} more than {args.timeout:.0f} s", flush=True)
+                row, why = child_row(["bench.jit_latency", "--one", route, target, str(n)], args.timeout)
+                if row is None:
+                    print(f"{target:6} {n:7d} {route:9} {why}", flush=True)
                     continue
-                lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-                if out.returncode or not lines:
-                    print(f"{target:6} {n:7d} {route:9} failed: {out.stderr.strip().splitlines()[-1:]}", flush=True)
-                    continue
-                row = json.loads(lines[-1])
                 print(f"{target:6} {n:7d} {route:9} " + " ".join(f"{row[c]:9.2f}" for c in COLUMNS)
                       + f"   {row['w2']:.12e}", flush=True)
 
