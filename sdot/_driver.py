@@ -158,7 +158,7 @@ class Driver:
         compiled route without host callbacks (GPU, TPU), not the callback route.
     size_buckets : bool
         Whether an eager call on JAX arrays that runs the compiled solve (arrays on a GPU or
-        TPU, or ``host`` False) pads the Diracs to the next size ``m 2^e`` (``8 <= m < 16``,
+        TPU, or ``host`` False) pads the Diracs to the next size ``m 2^e`` (``8 <= m <= 16``,
         at most 1/8 more; Diracs of zero mass at one point of the domain, which take no cell): sizes a
         few percent apart then share one compiled program (``$SDOT_SIZE_BUCKETS``, default
         True). Under your own ``jax.jit`` the program is yours: pad there (docs/backends.md).

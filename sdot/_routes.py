@@ -60,8 +60,7 @@ def _compiles_eagerly(xp, prob):
     not on the host (a GPU, or ``sdot.driver.host`` False), not under ``jit`` (``grad`` may wrap it)."""
     if not aac.is_jax_namespace(xp):
         return False
-    cut = newton.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
-                         type(prob.density)(*(_autodiff.detach(a) for a in prob.density)))
+    cut = _detached(prob)
     return not any(map(_driver.is_tracer, (cut.seeds, cut.masses, *cut.density))) and _jax_on_host(xp, cut) is None
 
 
@@ -95,9 +94,14 @@ def _first_rows(xp, out, n, density):
                   **arrays, **{k: getattr(out, k) for k in PLAN_ARRAYS if k not in arrays})
 
 
+def _detached(prob):
+    """``prob`` with its arrays cut from the autodiff graph."""
+    return newton.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
+                          type(prob.density)(*(_autodiff.detach(a) for a in prob.density)))
+
+
 def _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options):
-    cut = newton.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
-                         type(prob.density)(*(_autodiff.detach(a) for a in prob.density)))
+    cut = _detached(prob)
     host = None if _driver.is_tracer(tol) or _driver.is_tracer(max_iter) else _jax_on_host(xp, cut)
     if host is not None:
         return solve_on_host(xp, prob, host, tol, max_iter, log, options)
