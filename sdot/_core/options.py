@@ -45,6 +45,10 @@ class DiagramOptions:
     table_traced: int = 12
     #: Largest number of repair rounds.
     repair_rounds: int = 32
+    #: Repair rounds by local tests, after which a round tests the vertices of its cells
+    #: exactly (a local cutter walks one neighbour a round: 400 Diracs on the sides of the
+    #: square, whose nearest seeds lie on their own side, took 96 local rounds).
+    local_rounds: int = 8
     #: Cells of a mask from which the agreement check runs eagerly (on fewer it costs more
     #: than the local tests it saves, and the mask is kept as it is).
     agreement_from: int = 2048

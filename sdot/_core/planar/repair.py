@@ -43,7 +43,10 @@ def repair(xp, seeds, psi, active, lo, hi, cells, dirty, options=DIAGRAM):
     300 seeds); then the certificate is not computed again, since clipping by true
     cutters keeps it. When no dirty cell is left without the certificate holding, every
     cell is tested (mode 1), then every vertex exactly (mode 2); an exact sweep
-    without cutters certifies the cells up to rounding.
+    without cutters certifies the cells up to rounding. From round
+    ``options.local_rounds`` on, every round tests its cells' vertices exactly: a local
+    cutter is found one neighbour a round, and cells far from their true neighbours (Diracs
+    on the sides of the square) would take as many rounds as seeds along a side.
     """
     n = seeds.shape[0]
     dev = aac.device(seeds)
@@ -62,7 +65,8 @@ def repair(xp, seeds, psi, active, lo, hi, cells, dirty, options=DIAGRAM):
     def work(state, holds):
         cells, dirty, mode = state.cells, state.dirty, state.mode
         rows, valid = _compat.select(xp, dirty, max(pg.budget(xp, dirty), min(n, 1)))   # none: padding
-        cut = _compat.cond(mode == 2, lambda: exact_cutters(xp, seeds, psi, active, cells, rows),
+        exact = (mode == 2) | (state.rounds >= options.local_rounds)
+        cut = _compat.cond(exact, lambda: exact_cutters(xp, seeds, psi, active, cells, rows),
                            lambda: local_cutters(xp, seeds, psi, active, cells, rows,
                                                  table(xp, cells, options.table_width, rows,
                                                        options.table_traced)))
