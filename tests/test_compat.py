@@ -36,6 +36,23 @@ def test_first_columns_keeps_the_kept_entries_of_each_row_in_order(backend, widt
     np.testing.assert_array_equal(backend.to_numpy(out), expected)
 
 
+@pytest.mark.parametrize("k", [1, 7, 21])
+def test_the_brute_force_k_nearest_are_scipy_s(backend, k):
+    """The k nearest of the GPU route (no host: distances in blocks, a selection per row:
+    ``torch.topk``, ``jax.lax.top_k``, an argmin, an argsort) against scipy's k-d tree, in 2D
+    and 3D, on points in general position (no ties)."""
+    from scipy.spatial import cKDTree
+
+    from sdot._core._compat.triangulation import _knn_brute_force
+
+    for dim in (2, 3):
+        points = np.random.default_rng(dim).random((300, dim))
+        expected = cKDTree(points).query(points, k)[1].reshape(300, k)
+        xp = backend.xp
+        out = backend.run(lambda p: _knn_brute_force(xp, p, k, p), backend.asarray(points))
+        np.testing.assert_array_equal(backend.to_numpy(out), expected)
+
+
 def test_torch_namespace_calls_torch_directly():
     """On torch the solver's namespace has direct ``take``, ``take_along_axis`` and
     ``where`` that give array_api_compat's results (``where`` promotes mixed dtypes

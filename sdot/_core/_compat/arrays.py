@@ -123,6 +123,24 @@ def hits(xp, idx, n: int):
     return segment_sum(xp, ones, slot, n + 1)[:n] > 0
 
 
+def smallest(xp, x, k: int):
+    """Column indices ``(m, k)`` of the ``k`` smallest entries of each row of ``x`` (m, n), in
+    increasing order (ties in any order but the argsort's). A selection, not a sort: one pass
+    for ``k = 1``, ``torch.topk`` and ``jax.lax.top_k`` otherwise (a brute-force k nearest at
+    1e4 points: the argsort took 7 of a torch solve's 9 s)."""
+    if k == 1:
+        return xp.argmin(x, axis=1)[:, None]
+    if aac.is_torch_array(x):
+        import torch
+
+        return torch.topk(x, k, dim=1, largest=False, sorted=True).indices
+    if aac.is_jax_array(x):
+        import jax
+
+        return jax.lax.top_k(-x, k)[1]
+    return xp.argsort(x, axis=1, stable=True)[:, :k]
+
+
 def segment_sum(xp, values, ids, n: int):
     """``out[k] = sum of values[ids == k]`` along axis 0 (duplicates accumulate)."""
     if aac.is_torch_array(values):
