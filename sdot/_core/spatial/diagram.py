@@ -117,14 +117,20 @@ def _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_
 
 
 def _rebuilt(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_empty, options):
-    """Eagerly, every cell read off the regular triangulation again (the previous
-    diagram's neighbours clip them instead where there is no host)."""
+    """Eagerly, every cell read off the regular triangulation again; where there is no
+    host, clipped by the previous diagram's neighbours and theirs (a Newton trial's flips
+    give a cell its neighbours' neighbours: clipped by its neighbours alone, the cells of
+    1,000 seeds in the cube did not tile it at 3 of 5 trials, and each was built again from
+    32 to 256 nearest seeds, 6 s on the CPU)."""
     if (repaired := regular_cells(xp, seeds, psi, active, lo, hi, capacity)) is not None:
         if stop_if_empty and _emptied(xp, repaired, active):
             return _uncertified(xp, repaired)
         return _grown_if_overflowing(xp, repaired, seeds, psi, active, lo, hi, None, capacity, None, stop_if_empty,
                                      options)
-    candidates = xp.where(previous.labels >= 0, previous.labels, -1)
+    width = max(_compat.to_int(xp.max(previous.count)), 1)
+    facets = xp.where(previous.labels[:, :width] >= 0, previous.labels[:, :width], -1)
+    rows = xp.arange(seeds.shape[0], dtype=xp.int64, device=aac.device(seeds))
+    candidates = _neighbours_and_theirs(xp, facets, rows, active)
     return _from_candidates(xp, seeds, psi, active, lo, hi, capacity, candidates, previous, stop_if_empty, options)
 
 
