@@ -5,7 +5,7 @@ Times ``sdot.distance`` (NumPy, uniform box, the points of :func:`bench.solve.po
 host paths as they are ("host": scipy's k-d tree, Qhull, SuperLU) and with some of them
 refused, as on a GPU or array_api_strict, where the core takes its pure array-API fallbacks:
 
-- "linear": the linear solves by Jacobi-preconditioned CG (:func:`sdot._core._compat.linalg._solve_cg`)
+- "linear": the linear solves by Jacobi-preconditioned CG (:func:`sdot._core.linear_solvers._solve_cg`)
   instead of SuperLU-preconditioned CG; the geometry on the host;
 - "geometry": k nearest neighbours by blocks of brute force (``_knn_brute_force``) instead of the
   k-d tree, and no Qhull (the first diagram from the nearest seeds, ``nearest_cells``; no regular
@@ -31,7 +31,8 @@ MODES = ("host", "linear", "geometry", "all")
 
 def refuse(mode):
     """Make the host paths of ``mode`` return None (the callers then take their fallbacks)."""
-    from sdot._core._compat import linalg, triangulation
+    from sdot._core import linear_solvers as linalg
+    from sdot._core._compat import triangulation
 
     def none(*args, **kwargs):
         return None

@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.sparse.linalg import spsolve
 
-from sdot._core._compat import linalg
+from sdot._core import linear_solvers as linalg
 from sdot._host import sparse_lu
 
 FACTORS = linalg.FactorPCGOptions()

@@ -9,7 +9,7 @@ from scipy.sparse.csgraph import reverse_cuthill_mckee
 from scipy.sparse.linalg import spsolve, splu
 from scipy.spatial import Delaunay
 
-from sdot._core._compat import linalg
+from sdot._core import linear_solvers as linalg
 from sdot._host import sparse_lu
 from sdot._host.ordering import nested_dissection
 

@@ -15,7 +15,7 @@ from . import _compat
 def newton_direction(xp, prob, ev, active, rhs, regularisation, solver, rtol=None, fresh=None, gauge=None):
     """Solve ``DG d = rhs`` (sparse weighted Laplacian, regularised by
     :func:`regularised_diagonal`), to a relative residual ``rtol`` with the ``solver`` (see
-    :class:`._compat.LinearSolver`), in the gauge where ``d`` has mean 0 over the ``gauge``
+    :class:`.linear_solvers.LinearSolver`), in the gauge where ``d`` has mean 0 over the ``gauge``
     Diracs (a mask; the ``active`` ones if None, :func:`near_domain` in the solve).
 
     ``DG`` is singular along constants: the part of ``rhs`` along them (its

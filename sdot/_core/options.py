@@ -2,7 +2,7 @@
 
 :class:`NewtonOptions` holds the damped Newton method's, the power diagrams'
 (:class:`DiagramOptions`) and the linear solver's (its own options, see
-:mod:`._compat.linalg`). All are frozen, hence hashable: the jitted JAX solve takes them
+:mod:`.linear_solvers`). All are frozen, hence hashable: the jitted JAX solve takes them
 as a static argument. The solver uses :data:`DEFAULT`; a variant is
 ``dataclasses.replace(DEFAULT, hiding_margin=...)`` or
 ``dataclasses.replace(DEFAULT, diagram=dataclasses.replace(DIAGRAM, rebuild_share=...))``,
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ._compat.linalg import FactorPCGOptions, JacobiPCGOptions
+from .linear_solvers import FactorPCGOptions, JacobiPCGOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,8 +198,8 @@ class NewtonOptions:
     #: The power diagrams' tuning.
     diagram: DiagramOptions = DIAGRAM
     #: The linear solver of the Newton steps, made once per solve by ``linear.solver()``
-    #: (its state, such as kept factors, is that solve's): :class:`._compat.FactorPCGOptions`
-    #: or :class:`._compat.JacobiPCGOptions`.
+    #: (its state, such as kept factors, is that solve's): :class:`.linear_solvers.FactorPCGOptions`
+    #: or :class:`.linear_solvers.JacobiPCGOptions`.
     linear: FactorPCGOptions | JacobiPCGOptions = FactorPCGOptions()
 
 

@@ -20,7 +20,7 @@ import scipy.sparse as sp
 
 from .._core import newton_matrix
 from .._host import sparse_lu
-from .._core._compat.linalg import FactorPCGOptions
+from .._core.linear_solvers import FactorPCGOptions
 
 
 def kept(ev):

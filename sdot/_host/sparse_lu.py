@@ -1,6 +1,6 @@
 """The Newton matrix's sparse LU factors on the host, kept to precondition a conjugate gradient.
 
-:class:`FactorCache` holds the factors of one ``_compat.FactorPCG`` solver (scipy's SuperLU,
+:class:`FactorCache` holds the factors of one ``_core.linear_solvers.FactorPCG`` solver (scipy's SuperLU,
 in symmetric mode) and decides when to make new ones; :func:`solve_laplacian` is what the
 solver runs on the host (through ``_compat``'s ``host_callback``).
 """
@@ -51,10 +51,10 @@ def laplacian_matrix(rows, cols, weights, diag):
 
 
 class FactorCache:
-    """The last sparse LU factorisation of a ``_compat.FactorPCG`` (one at a time, under a
+    """The last sparse LU factorisation of a ``_core.linear_solvers.FactorPCG`` (one at a time, under a
     lock: XLA runs host callbacks on threads of its own); ``factorisations``, ``reuses``
     and ``iterations`` (of the preconditioned conjugate gradients) count what :meth:`solve`
-    did, with the ``options`` (a ``_compat.FactorPCGOptions``, or anything with its fields).
+    did, with the ``options`` (a ``_core.linear_solvers.FactorPCGOptions``, or anything with its fields).
 
     Old factors precondition worse as the Newton matrices drift: a rent-or-buy rule
     keeps them while the iterations they cost beyond ``options.fresh_iterations``, summed
@@ -238,3 +238,36 @@ def pcg(mat, b, precondition, rtol, max_iter, cg):
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         x, it = cg(mat.__matmul__, precondition, b, rtol, max_iter)
     return (x if np.linalg.norm(b - mat @ x) <= rtol * np.linalg.norm(b) else None), int(it)
+
+
+def compiled_jacobi_cg(mat, rhs, rtol, max_iter, points=None):
+    """The compiled conjugate gradient (:mod:`.compiled.linalg`): preconditioned by the
+    diagonal and, given the rows' ``points``, a coarse level of groups of neighbouring rows
+    (:func:`sdot._host.compiled.linalg.two_level_cg`); ``(x, iterations)``, or None where the compiled
+    kernels are off."""
+    from . import compiled
+
+    if not compiled.enabled():
+        return None
+    from .compiled import linalg
+
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        if points is not None:
+            found = linalg.two_level_cg(mat, rhs, rtol, max_iter, _groups_of(np.asarray(points)))
+            if found is not None:
+                return found
+        return linalg.jacobi_cg(mat, rhs, rtol, max_iter)
+
+
+_groups = []
+
+
+def _groups_of(points):
+    """:func:`sdot._host.compiled.linalg.grid_groups` of ``points``, the last kept (the seeds of a
+    solve do not move between its Newton steps)."""
+    from .compiled import linalg
+
+    key = (points.shape, hash(points.tobytes()))
+    if not _groups or _groups[0][0] != key:
+        _groups[:] = [(key, linalg.grid_groups(points))]
+    return _groups[0][1]

@@ -142,6 +142,11 @@ def host_callback(xp, fn, result_shape, result_dtype, *args):
     return from_host(xp, np.asarray(fn(*host), dtype=result_dtype), args[0])
 
 
+def host_dtype(x):
+    """The NumPy float dtype of the host's copy of ``x`` (a float array of any namespace)."""
+    return np.float32 if "float32" in str(x.dtype) else np.float64
+
+
 def _without_x64(dtype):
     """``dtype``, or its 32-bit kind when JAX runs without ``jax_enable_x64`` (its default):
     callbacks may not return 64-bit arrays then (indices become int32, as JAX's own are)."""

@@ -1,7 +1,7 @@
 """The conjugate gradient on a CSR matrix (numba), preconditioned by the diagonal, or by the
 diagonal and a coarse level.
 
-The loop of :func:`.._compat.linalg.conjugate_gradient` with the matrix-vector product, the
+The loop of :func:`sdot._core.linear_solvers.conjugate_gradient` with the matrix-vector product, the
 dot products and the updates fused, the rows split among the host's threads (three or four
 passes of the rows per iteration): at 1e5 3D seeds an iteration of scipy's product and NumPy's
 updates took 4.5 to 6 ms. The column indices are unsigned: numba wraps a signed index around

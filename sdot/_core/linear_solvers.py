@@ -14,12 +14,11 @@ import dataclasses
 from typing import Protocol
 
 import array_api_compat as aac
-import numpy as np
 
-from ..._host import sparse_lu
-from .arrays import segment_sum
-from .control import while_loop
-from .host import host_callback
+from .._host import sparse_lu
+from ._compat.arrays import segment_sum
+from ._compat.control import while_loop
+from ._compat.host import host_callback, host_dtype
 
 
 class LinearSolver(Protocol):
@@ -112,7 +111,7 @@ class FactorPCG:
 
     def __init__(self, options: FactorPCGOptions = FactorPCGOptions()):
         self.options = options
-        self.cache = sparse_lu.FactorCache(options, _numpy_conjugate_gradient, _compiled_jacobi_cg)
+        self.cache = sparse_lu.FactorCache(options, _numpy_conjugate_gradient, sparse_lu.compiled_jacobi_cg)
 
     def solve(self, xp, rows, cols, weights, diag, rhs, rtol=None, points=None, fresh=None):
         rtol = _rtol(xp, rtol, self.options.rtol, rhs)
@@ -121,41 +120,8 @@ class FactorPCG:
         cache = self.cache
         args = (rows, cols, weights, diag, rhs, rtol, fresh) + (() if points is None else (points,))
         out = host_callback(xp, lambda *a: sparse_lu.solve_laplacian(cache, *a), tuple(rhs.shape),
-                            _numpy_dtype(rhs), *args)
+                            host_dtype(rhs), *args)
         return _solve_cg(xp, rows, cols, weights, diag, rhs, rtol) if out is None else out
-
-
-def _compiled_jacobi_cg(mat, rhs, rtol, max_iter, points=None):
-    """The compiled conjugate gradient (:mod:`sdot._host.compiled.linalg`): preconditioned by the
-    diagonal and, given the rows' ``points``, a coarse level of groups of neighbouring rows
-    (:func:`sdot._host.compiled.linalg.two_level_cg`); ``(x, iterations)``, or None where the compiled
-    kernels are off."""
-    from ..._host import compiled
-
-    if not compiled.enabled():
-        return None
-    from ..._host.compiled import linalg
-
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        if points is not None:
-            found = linalg.two_level_cg(mat, rhs, rtol, max_iter, _groups_of(np.asarray(points)))
-            if found is not None:
-                return found
-        return linalg.jacobi_cg(mat, rhs, rtol, max_iter)
-
-
-_groups = []
-
-
-def _groups_of(points):
-    """:func:`sdot._host.compiled.linalg.grid_groups` of ``points``, the last kept (the seeds of a
-    solve do not move between its Newton steps)."""
-    from ..._host.compiled import linalg
-
-    key = (points.shape, hash(points.tobytes()))
-    if not _groups or _groups[0][0] != key:
-        _groups[:] = [(key, linalg.grid_groups(points))]
-    return _groups[0][1]
 
 
 def _numpy_conjugate_gradient(matvec, precondition, rhs, rtol, max_iter):
@@ -169,10 +135,6 @@ def _numpy_conjugate_gradient(matvec, precondition, rhs, rtol, max_iter):
 def _rtol(xp, rtol, default, rhs):
     """``rtol``, or ``default`` as a 0-d array like ``rhs``."""
     return xp.asarray(default, dtype=rhs.dtype, device=aac.device(rhs)) if rtol is None else rtol
-
-
-def _numpy_dtype(x):
-    return np.float32 if "float32" in str(x.dtype) else np.float64
 
 
 def _solve_cg(xp, rows, cols, weights, diag, rhs, rtol, max_iter=None):
