@@ -7,18 +7,87 @@ import numpy as np
 
 from ..._host import slabs_3d
 from ..._host import triangulation as host_triangulation
-from .arrays import dot, smallest
-from .host import from_host, host_callback, host_view, is_traced, on_host
+from .arrays import dot, segment_sum, set_rows, smallest
+from .host import from_host, host_callback, host_view, is_traced, on_host, static_shapes, to_int
 
 
 def knn(xp, points, k: int):
     """Indices ``(n, k)`` of the k nearest ``points`` of each point (itself first).
 
-    scipy's cKDTree on the host; a chunked brute force in pure array API otherwise
+    scipy's cKDTree on the host; otherwise in pure array API, eagerly by a grid
+    (:func:`_knn_by_grid`), else (traced, or clustered points) a chunked brute force
     (O(n^2) work).
     """
     out = host_callback(xp, lambda p: host_triangulation.k_nearest(p, k), (points.shape[0], k), np.int64, points)
+    if out is None and not static_shapes(points) and not aac.is_jax_array(points):
+        out = _knn_by_grid(xp, points, k)
     return _knn_brute_force(xp, points, k, points) if out is None else out
+
+
+#: Points per cell of the grid of :func:`_knn_by_grid`, and the cells its search block adds
+#: on each side of a point's own: no point outside the block is nearer than ``BLOCK`` cell
+#: widths. Uniform points: the 21st nearest in 2D lies within about 1.5 widths, the 32nd in 3D
+#: within 1.4; at 1e5 points 469 rows (2D) and 93 (3D) were farther and took the brute force
+#: (2 points a cell: 13,731 rows in 2D, 5.7 s instead of 0.7).
+GRID_POINTS = 3
+BLOCK = 2
+
+
+def _knn_by_grid(xp, points, k: int):
+    """Eagerly, the k nearest of each point among the points of the ``(2 BLOCK + 1)^d`` cells
+    of a uniform grid (:data:`GRID_POINTS` points a cell) around its own: exact where the
+    k-th is within ``BLOCK`` cell widths, the other rows by the brute force. None where the
+    fullest cell gives a row more than a quarter of the points as candidates (clustered
+    points: the brute force then costs about as much)."""
+    n, d = points.shape
+    dev = aac.device(points)
+    side = max(int((n / GRID_POINTS) ** (1.0 / d)), 1)
+    lo, hi = xp.min(points, axis=0), xp.max(points, axis=0)
+    width = xp.where(hi > lo, (hi - lo) / side, xp.ones_like(hi))
+    cell = xp.astype(xp.floor((points - lo) / width), xp.int64)
+    cell = xp.minimum(xp.maximum(cell, 0), side - 1)
+    counts = segment_sum(xp, xp.ones((n,), dtype=xp.int64, device=dev), _flat(xp, cell, side), side ** d)
+    most = to_int(xp.max(counts))
+    span = 2 * BLOCK + 1
+    if span ** d * most * 4 > n or k > n:
+        return None
+    order = xp.argsort(_flat(xp, cell, side), stable=True)
+    starts = xp.cumulative_sum(counts) - counts
+    steps = np.stack(np.meshgrid(*([np.arange(-BLOCK, BLOCK + 1)] * d), indexing="ij"), axis=-1).reshape(-1, d)
+    steps = xp.asarray(steps, dtype=xp.int64, device=dev)
+    slots = xp.arange(most, dtype=xp.int64, device=dev)
+    reach = BLOCK * xp.min(width)
+    out = xp.empty((n, k), dtype=xp.int64, device=dev)
+    exact = xp.empty((n,), dtype=xp.bool, device=dev)
+    chunk = max(1, int(4e6 // (span ** d * most * d)))
+    for start in range(0, n, chunk):
+        rows = slice(start, min(start + chunk, n))
+        around = cell[rows, None, :] + steps[None, :, :]                            # (m, B, d)
+        inside = xp.all((around >= 0) & (around < side), axis=2)
+        key = _flat(xp, xp.minimum(xp.maximum(around, 0), side - 1), side)          # (m, B)
+        held = xp.where(inside, xp.reshape(xp.take(counts, xp.reshape(key, (-1,))), key.shape), 0)
+        first = xp.reshape(xp.take(starts, xp.reshape(key, (-1,))), key.shape)
+        valid = slots[None, None, :] < held[:, :, None]                           # (m, B, most)
+        at = xp.where(valid, first[:, :, None] + slots[None, None, :], 0)
+        m = at.shape[0]
+        candidates = xp.reshape(xp.take(order, xp.reshape(at, (-1,))), (m, -1))
+        gap = xp.reshape(xp.take(points, xp.reshape(candidates, (-1,)), axis=0), (m, -1, d)) - points[rows, None, :]
+        d2 = xp.where(xp.reshape(valid, (m, -1)), dot(gap, gap), xp.inf)
+        nearest = xp.astype(smallest(xp, d2, k), xp.int64)
+        out[rows, :] = xp.take_along_axis(candidates, nearest, axis=1)
+        exact[rows] = xp.take_along_axis(d2, nearest[:, k - 1:], axis=1)[:, 0] <= reach * reach
+    if not bool(xp.all(exact)):
+        redo = xp.nonzero(~exact)[0]
+        out = set_rows(xp, out, redo, _knn_brute_force(xp, points, k, xp.take(points, redo, axis=0)))
+    return out
+
+
+def _flat(xp, cell, side: int):
+    """The grid cell's number of integer coordinates ``cell`` (..., d) on ``side`` cells an axis."""
+    key = cell[..., 0]
+    for axis in range(1, cell.shape[-1]):
+        key = key * side + cell[..., axis]
+    return key
 
 
 def delaunay_neighbours(xp, points, width=None, weights=None, active=None):
