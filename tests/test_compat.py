@@ -303,14 +303,14 @@ def test_compiled_kernels_import_only_the_standard_library_numpy_scipy_and_numba
 
 def test_host_modules_import_only_the_standard_library_numpy_and_scipy():
     """The rule of ``sdot._host``: its modules import the standard library,
-    numpy, scipy and each other, never a framework (array_api_compat, torch, jax); the rest of
-    ``_compat`` reaches the host through them."""
+    numpy, scipy, cvxopt (CHOLMOD) and each other, never a framework (array_api_compat, torch,
+    jax); the rest of ``_compat`` reaches the host through them."""
     import sys
     from pathlib import Path
 
     import sdot._host as host
 
-    allowed = set(sys.stdlib_module_names) | {"numpy", "scipy"}
+    allowed = set(sys.stdlib_module_names) | {"numpy", "scipy", "cvxopt"}
     for path in Path(host.__file__).parent.glob("*.py"):
         absolute, levels = _imports(path)
         assert absolute <= allowed, (path.name, sorted(absolute - allowed))

@@ -154,7 +154,7 @@ def test_laplacian_matrix_equals_the_assembled_sum(sort):
     np.testing.assert_allclose(mat.toarray(), dense(rows, cols, w, diag).toarray(), rtol=0, atol=1e-15)
 
 
-def _solve_repeatedly(monkeypatch, solves, iterations):
+def _solve_repeatedly(monkeypatch, solves, iterations, options=FACTORS):
     """Solve the same matrix ``solves`` times, the preconditioned solves reporting the
     ``iterations`` in turn (all of them used): ``(factorisations, reuses, budget)``. (The factors
     of a matrix solve that very matrix directly: here it counts as another each time.)"""
@@ -168,14 +168,14 @@ def _solve_repeatedly(monkeypatch, solves, iterations):
     monkeypatch.setattr(sparse_lu, "pcg", lambda mat, b, precondition, rtol, max_iter, cg: (
         precondition(b), next(reported)))
     monkeypatch.setattr(sparse_lu, "_same", lambda a, b: False)
-    solver = FACTORS.solver()
+    solver = options.solver()
     for _ in range(solves):
         x = solver.solve(xp, rows, cols, w, diag, b)
         np.testing.assert_allclose(x, exact, rtol=1e-9)
     assert next(reported, None) is None
     cache = solver.cache
     assert cache.iterations == sum(iterations)
-    return cache.factorisations, cache.reuses, cache.lu.nnz / 400 if cache.lu else None
+    return cache.factorisations, cache.reuses, sparse_lu.factorisation_cost(cache.lu, options) if cache.lu else None
 
 
 def test_factors_kept_while_cheap(monkeypatch):
@@ -184,19 +184,61 @@ def test_factors_kept_while_cheap(monkeypatch):
     assert _solve_repeatedly(monkeypatch, 13, [FACTORS.fresh_iterations] * 12)[:2] == (1, 12)
 
 
-def test_factors_renewed_once_their_extra_iterations_cost_a_factorisation(monkeypatch):
+@pytest.mark.parametrize("cholmod", [False, True])
+def test_factors_renewed_once_their_extra_iterations_cost_a_factorisation(monkeypatch, cholmod):
     """Rent or buy: the factors go once the iterations beyond ``fresh_iterations``, summed
-    since the factorisation, exceed nnz(L + U) / n; the next solve factorises again and
-    starts a new sum."""
+    since the factorisation, exceed what a factorisation costs (SuperLU's: nnz(L + U) / n;
+    CHOLMOD's: ``cholmod_cost``); the next solve factorises again and starts a new sum."""
     import math
 
-    budget = _solve_repeatedly(monkeypatch, 2, [FACTORS.fresh_iterations])[2]
-    assert budget > 20                                     # the rule before: renew beyond 20
+    if cholmod:
+        pytest.importorskip("cvxopt")
+    options = dataclasses.replace(FACTORS, cholmod=cholmod)
+    budget = _solve_repeatedly(monkeypatch, 2, [FACTORS.fresh_iterations], options)[2]
+    if cholmod:
+        assert budget == FACTORS.cholmod_cost
+    else:
+        assert budget > 20                                 # the rule before: renew beyond 20
     half = FACTORS.fresh_iterations + math.floor(budget / 2)   # two of these stay within the budget
-    assert _solve_repeatedly(monkeypatch, 5, [half, half, 0, half])[:2] == (1, 4)
+    assert _solve_repeatedly(monkeypatch, 5, [half, half, 0, half], options)[:2] == (1, 4)
     over = half + 2                                        # two of these exceed it
     # factorise, reuse, reuse (then drop), factorise, reuse, reuse (a new sum: kept)
-    assert _solve_repeatedly(monkeypatch, 6, [over, over, half, half])[:3] == (2, 4, budget)
+    assert _solve_repeatedly(monkeypatch, 6, [over, over, half, half], options)[:3] == (2, 4, budget)
+
+
+def test_cholmod_factors_solve_the_newton_matrix_and_precondition_the_next():
+    """The default host solver factors a 2D Newton matrix (a Delaunay Laplacian,
+    regularised) by CHOLMOD where cvxopt is installed: the solve equals scipy's direct one,
+    and the next matrix (5% changes) is solved by the conjugate gradient that those factors
+    precondition. A matrix that is not positive definite falls back to SuperLU's factors."""
+    import array_api_compat.numpy as xp
+    from scipy.spatial import Delaunay
+
+    from sdot._host.cholmod import CholmodFactors
+
+    pytest.importorskip("cvxopt")
+    rng = np.random.default_rng(4)
+    points = rng.random((3000, 2))
+    edges = Delaunay(points).simplices[:, [0, 1, 1, 2, 2, 0]].reshape(-1, 2)
+    rows, cols = np.concatenate([edges[:, 0], edges[:, 1]]), np.concatenate([edges[:, 1], edges[:, 0]])
+    jitter = rng.random(edges.shape[0])
+    b = rng.standard_normal(3000)
+    solver = FACTORS.solver()
+    for step in range(2):
+        w = np.tile(1.0 + jitter * (1.0 + 0.05 * step * rng.random(jitter.size)), 2)
+        diag = np.bincount(rows, weights=w, minlength=3000) + 1e-6
+        x = solver.solve(xp, rows, cols, w, diag, b, points=points)
+        exact = spsolve(dense(rows, cols, w, diag).tocsc(), b)
+        assert np.linalg.norm(x - exact) <= 1e-8 * np.linalg.norm(exact)
+        assert isinstance(solver.cache.lu, CholmodFactors)
+    assert (solver.cache.factorisations, solver.cache.reuses) == (1, 1)
+    indefinite = dense(rows, cols, w, diag - 1.0)
+    with pytest.raises(ArithmeticError):
+        CholmodFactors(indefinite)
+    lu, single = sparse_lu.factorise(indefinite, False, cholmod=True)
+    assert not isinstance(lu, CholmodFactors) and not single
+    y = rng.standard_normal(3000)
+    np.testing.assert_allclose(lu.solve(indefinite @ y), y, rtol=1e-6)
 
 
 def recording(made):
@@ -276,7 +318,7 @@ def test_fp32_factors_give_fp64_solutions(regulariser):
     gauge regulariser (1e-9 relative, below FP32's rounding) and a centred right-hand side."""
     import array_api_compat.numpy as xp
 
-    solver = dataclasses.replace(FACTORS, fp32_factors_from=0).solver()
+    solver = dataclasses.replace(FACTORS, fp32_factors_from=0, cholmod=False).solver()
     rng = np.random.default_rng(7)
     rows, cols, w, diag = laplacian(rng, 500, 1.0)
     diag = diag - 1e-3 + regulariser * diag.mean()
@@ -297,7 +339,7 @@ def test_fp32_factors_fall_back_to_fp64_beyond_its_range():
     """Entries FP32 cannot hold (1e40): FP64 factors, the exact solution."""
     import array_api_compat.numpy as xp
 
-    solver = dataclasses.replace(FACTORS, fp32_factors_from=0).solver()
+    solver = dataclasses.replace(FACTORS, fp32_factors_from=0, cholmod=False).solver()
     rng = np.random.default_rng(8)
     rows, cols, w, diag = (1e40 * a if a.dtype == np.float64 else a for a in laplacian(rng, 300, 1.0))
     b = rng.standard_normal(300)
@@ -311,7 +353,7 @@ def test_fp32_factors_that_do_not_converge_are_replaced_by_fp64(monkeypatch):
     factorisation, counted) solve directly."""
     import array_api_compat.numpy as xp
 
-    solver = dataclasses.replace(FACTORS, fp32_factors_from=0).solver()
+    solver = dataclasses.replace(FACTORS, fp32_factors_from=0, cholmod=False).solver()
     monkeypatch.setattr(sparse_lu, "pcg", lambda mat, b, precondition, rtol, max_iter, cg: (None, max_iter))
     rng = np.random.default_rng(9)
     rows, cols, w, diag = laplacian(rng, 300, 1.0)

@@ -77,7 +77,8 @@ def test_reordered_factors_solve_and_precondition_the_matrix(single):
     and they precondition the next Newton matrix (reused, not refactorised)."""
     import array_api_compat.numpy as xp
 
-    solver = dataclasses.replace(FACTORS, nested_dissection_from=0, fp32_factors_from=0 if single else 10**9).solver()
+    solver = dataclasses.replace(FACTORS, nested_dissection_from=0, fp32_factors_from=0 if single else 10**9,
+                                 cholmod=False).solver()
     rng = np.random.default_rng(3)
     points = rng.random((3000, 2))
     jitter = rng.random(3 * 3000)
@@ -96,7 +97,7 @@ def test_reordered_factors_solve_and_precondition_the_matrix(single):
 def test_solve_with_points_on_every_backend(backend):
     """The points reach the host solve on every backend (under ``jax.jit`` through
     the callback), whose factors are ordered by them; the residual is met."""
-    solver = dataclasses.replace(FACTORS, nested_dissection_from=0).solver()
+    solver = dataclasses.replace(FACTORS, nested_dissection_from=0, cholmod=False).solver()
     rng = np.random.default_rng(5)
     points = rng.random((800, 2))
     rows, cols, w = off_diagonal(delaunay_laplacian(points, rng.random(3 * 800)))
@@ -132,7 +133,7 @@ def test_solver_orders_its_newton_matrices_by_the_seeds(eager_backend, monkeypat
                         lambda points, *args: sizes.append(points.shape) or ordering.nested_dissection(points, *args))
     b = eager_backend
     nested = dataclasses.replace(options.DEFAULT, linear=dataclasses.replace(options.DEFAULT.linear,
-                                                                          nested_dissection_from=0))
+                                                                          nested_dissection_from=0, cholmod=False))
     plan = solve_with(nested, sdot.SumOfDiracs(b.asarray(np.load(data / "points_2d_1000.npy"))),
                       sdot.Grid(b.asarray(np.load(data / "image_gauss64.npy"))), sdot.default_tolerance())
     assert bool(plan.converged) and float(plan.distance) == pytest.approx(0.009027850355009845, rel=1e-8)

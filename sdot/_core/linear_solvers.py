@@ -90,6 +90,11 @@ class FactorPCGOptions:
     jacobi_first_from_3d: int = 5_000
     jacobi_rtol_3d: float = 1e-3
     jacobi_iterations_3d: int = 400
+    #: Factors by CHOLMOD (:mod:`sdot._host.cholmod`, where cvxopt is installed) for seeds in 1D
+    #: and 2D, at ``cholmod_cost`` preconditioned iterations a factorisation (see
+    #: :class:`sdot._host.sparse_lu.FactorCache`).
+    cholmod: bool = True
+    cholmod_cost: float = 15.0
 
     def solver(self) -> FactorPCG:
         """A new solver with these options (no factors kept yet)."""

@@ -10,6 +10,8 @@ import threading
 
 import numpy as np
 
+from .cholmod import CholmodFactors
+from .cholmod import available as cholmod_available
 from .ordering import nested_dissection
 
 
@@ -101,7 +103,7 @@ class FactorCache:
             if x is not None:
                 self.reuses += 1
                 self.aged += max(iterations - options.fresh_iterations, 0)
-                if self.aged <= factorisation_cost(lu):   # else a new factorisation next time
+                if self.aged <= factorisation_cost(lu, options):   # else a new factorisation next time
                     self.lu = lu
                 return x
         n = mat.shape[0]
@@ -120,7 +122,7 @@ class FactorCache:
                 return x
         points = points if n >= (options.nested_dissection_from_3d if three_d else options.nested_dissection_from) \
             else None
-        lu, self.single = factorise(mat, n >= options.fp32_factors_from, points)
+        lu, self.single = factorise(mat, n >= options.fp32_factors_from, points, options.cholmod and not three_d)
         self.lu, self.diag, self.aged, self.factored = lu, diag, 0, mat
         self.factorisations += 1
         if self.single:
@@ -147,22 +149,31 @@ def _same(a, b):
             and np.array_equal(a.indices, b.indices) and np.array_equal(a.data, b.data))
 
 
-def factorisation_cost(lu):
+def factorisation_cost(lu, options):
     """What a new factorisation like ``lu`` costs, in preconditioned iterations:
-    about ``nnz(L + U) / n`` for minimum degree (see :class:`FactorCache`), a
-    quarter of it for nested dissection (measured time ratios 19 and 23 at 1e5 and
-    1e6 rows, for ``nnz(L + U) / n`` of 68 and 90)."""
+    ``options.cholmod_cost`` for CHOLMOD's; about ``nnz(L + U) / n`` for SuperLU's by minimum
+    degree (see :class:`FactorCache`), a quarter of it for nested dissection (measured time
+    ratios 19 and 23 at 1e5 and 1e6 rows, for ``nnz(L + U) / n`` of 68 and 90)."""
+    if isinstance(lu, CholmodFactors):
+        return options.cholmod_cost
     return lu.nnz / lu.shape[0] / (4.0 if isinstance(lu, ReorderedFactors) else 1.0)
 
 
-def factorise(mat, single, points=None):
-    """Sparse LU factors of ``mat`` and whether they are FP32.
+def factorise(mat, single, points=None, cholmod=False):
+    """Sparse factors of ``mat`` and whether they are FP32.
 
+    With ``cholmod`` and cvxopt installed, CHOLMOD's Cholesky factors (:mod:`.cholmod`,
+    FP64), unless the matrix is not numerically positive definite; else SuperLU's LU factors.
     Rows and columns are ordered by :func:`.ordering.nested_dissection` of the
     ``points`` if given (measured on Delaunay Laplacians: factorisation 0.81 ->
     0.33 s at 1e5 rows, 20.5 -> 7.1 s at 1e6 in FP64, for 1.2 to 1.3 times the
     fill), else by SuperLU's minimum degree on ``A + A^T``.
     """
+    if cholmod and cholmod_available():
+        try:
+            return CholmodFactors(mat), False
+        except ArithmeticError:
+            pass
     if points is None:
         return superlu(mat, single, "MMD_AT_PLUS_A")
     order = nested_dissection(points, mat.indptr, mat.indices)
