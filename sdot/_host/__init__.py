@@ -14,7 +14,7 @@ route for where the host is not reachable (``jax.jit``, GPUs, ``array_api_strict
 - :mod:`.ordering`: nested dissection of the Newton matrix from the seeds' positions;
 - :mod:`.sparse_lu`: the Newton matrix in SciPy CSR, its SuperLU factors kept as the
   preconditioner of a NumPy conjugate gradient (:class:`~.sparse_lu.FactorCache`);
-- :mod:`.cholmod`: CHOLMOD's Cholesky factors of 2D Newton matrices (cvxopt, where installed);
+- :mod:`.cholmod`: CHOLMOD's Cholesky factors of the Newton matrices (cvxopt, where installed);
 - :mod:`.cells_3d`, :mod:`.slabs_3d`: the 3D power cells' combinatorics from Qhull's regular
   triangulation (at once or in slabs), read by :mod:`sdot._core.spatial.triangulated`;
 - :mod:`.compiled`: the compiled kernels (cells, integrals, neighbours, conjugate gradient).

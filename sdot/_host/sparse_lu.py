@@ -122,7 +122,7 @@ class FactorCache:
                 return x
         points = points if n >= (options.nested_dissection_from_3d if three_d else options.nested_dissection_from) \
             else None
-        lu, self.single = factorise(mat, n >= options.fp32_factors_from, points, options.cholmod and not three_d)
+        lu, self.single = factorise(mat, n >= options.fp32_factors_from, points, options.cholmod)
         self.lu, self.diag, self.aged, self.factored = lu, diag, 0, mat
         self.factorisations += 1
         if self.single:
