@@ -32,14 +32,14 @@ MODES = ("host", "linear", "geometry", "all")
 def refuse(mode):
     """Make the host paths of ``mode`` return None (the callers then take their fallbacks)."""
     from sdot._core import linear_solvers as linalg
-    from sdot._core._compat import triangulation
+    from sdot._core import seed_neighbours
 
     def none(*args, **kwargs):
         return None
     if mode in ("linear", "all"):
         linalg.host_callback = none
     if mode in ("geometry", "all"):
-        triangulation.host_callback = triangulation.on_host = triangulation.host_view = none
+        seed_neighbours.host_callback = seed_neighbours.on_host = seed_neighbours.host_view = none
 
 
 def run(n, mode):

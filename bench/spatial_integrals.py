@@ -6,7 +6,7 @@ The cells are the Voronoi cells of N uniform points in the unit box, clipped to 
 soup (facets fan-triangulated, outward); built once per N and kept in the temporary
 directory. Each call is timed on the uniform density (a (1, 1, 1) grid: closed forms) and
 on a random 32^3 grid, then the potential integrals on the 32^3 grid: best of 3 calls,
-wall time and process CPU time (the threads of ``_compat.blockwise`` included).
+wall time and process CPU time (the threads of ``row_blocks.blockwise`` included).
 """
 from __future__ import annotations
 

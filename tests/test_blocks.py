@@ -6,7 +6,7 @@ repair heals the cells.)"""
 import numpy as np
 import pytest
 
-from sdot._core import _compat, newton_matrix, options, planar
+from sdot._core import newton_matrix, options, planar, row_blocks
 from sdot._host import threads as host_threads
 from sdot._core.planar import contour, hiding, integrate, kinetic, polygons, repair
 
@@ -59,14 +59,14 @@ def test_blocked_kernels_match_whole(name):
 @pytest.mark.parametrize("name", ["numpy", "torch"])
 def test_narrow_pass_matches_all_slots(name, monkeypatch, array_kernels):
     """Eagerly the kernels over vertex slots run on the first ``settings().narrow`` slots
-    of every row, then on all slots of the rows with more vertices (``_compat.slotwise``):
+    of every row, then on all slots of the rows with more vertices (``row_blocks.slotwise``):
     the same result as on all slots of every row."""
     from conftest import Backend
 
     b = Backend(name)
     calls = []
-    slotwise = _compat.slotwise
-    monkeypatch.setattr(_compat, "slotwise", lambda xp, fn, count, *a: calls.append(
+    slotwise = row_blocks.slotwise
+    monkeypatch.setattr(row_blocks, "slotwise", lambda xp, fn, count, *a: calls.append(
         int(b.xp.sum(count > host_threads.settings().narrow))) or slotwise(xp, fn, count, *a))
     narrow = {k: b.to_numpy(v) for k, v in kernels(b.xp, b).items()}
     assert len(calls) >= 6 and 0 < max(calls) < 30            # both passes ran
@@ -82,7 +82,7 @@ def test_a_kernel_on_no_rows_runs_once(threads):
     (a division by zero blocks before)."""
     calls = []
     with host_threads.host_settings(threads=threads):
-        out = _compat.blockwise(np, lambda a: calls.append(a.shape) or 2 * a, np.zeros((0, 3)))
+        out = row_blocks.blockwise(np, lambda a: calls.append(a.shape) or 2 * a, np.zeros((0, 3)))
     assert out.shape == (0, 3) and calls == [(0, 3)]
 
 
@@ -148,8 +148,8 @@ def test_background_work_runs_on_a_thread_of_its_own_on_numpy(name):
     for threads in (2, 1):
         seen.clear()
         with host_threads.host_settings(threads=threads):
-            handle = _compat.in_background(lambda: _compat.blockwise(b.xp, double, x), x)
-            out = _compat.background_result(handle)
+            handle = row_blocks.in_background(lambda: row_blocks.blockwise(b.xp, double, x), x)
+            out = row_blocks.background_result(handle)
         np.testing.assert_array_equal(b.to_numpy(out), 2 * b.to_numpy(x))
         background = name == "numpy" and threads == 2
         assert (handle is not out) == background

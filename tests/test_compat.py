@@ -43,7 +43,7 @@ def test_the_brute_force_k_nearest_are_scipy_s(backend, k):
     and 3D, on points in general position (no ties)."""
     from scipy.spatial import cKDTree
 
-    from sdot._core._compat.triangulation import _knn_brute_force
+    from sdot._core.seed_neighbours import _knn_brute_force
 
     for dim in (2, 3):
         points = np.random.default_rng(dim).random((300, dim))
@@ -63,7 +63,7 @@ def test_the_grid_k_nearest_are_scipy_s(backend, layout):
     answers."""
     from scipy.spatial import cKDTree
 
-    from sdot._core._compat import triangulation
+    from sdot._core import seed_neighbours
 
     if backend.static or backend.framework == "jax":
         pytest.skip("traced, or immutable arrays: the brute force (test_the_brute_force_k_nearest_are_scipy_s)")
@@ -73,11 +73,11 @@ def test_the_grid_k_nearest_are_scipy_s(backend, layout):
         points = rng.random((n, dim))
         if layout == "clustered":
             points[:n // 2] = 0.5 + 1e-3 * rng.random((n // 2, dim))
-        grid = triangulation._knn_by_grid(xp, backend.asarray(points), k)
+        grid = seed_neighbours._knn_by_grid(xp, backend.asarray(points), k)
         if layout == "clustered":
             assert grid is None
             points = points[:2000]                  # the brute force: small
-            grid = triangulation.knn(xp, backend.asarray(points), k)
+            grid = seed_neighbours.knn(xp, backend.asarray(points), k)
         np.testing.assert_array_equal(backend.to_numpy(grid), cKDTree(points).query(points, k)[1])
 
 

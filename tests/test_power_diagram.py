@@ -328,7 +328,7 @@ def test_cells_within_the_security_radius_are_exact(backend, spread):
     sign): every active cell that ``beyond_security`` does not flag equals scipy's
     cell (no seed outside its candidates can cut it), and the flagged ones include
     every cell that is not exact (measured: 10 to 15 cells unflagged, 31 to 35 not exact)."""
-    from sdot._core import _compat
+    from sdot._core import seed_neighbours
     from sdot._core.planar import diagram, polygons
 
     rng = np.random.default_rng(8)
@@ -339,7 +339,7 @@ def test_cells_within_the_security_radius_are_exact(backend, spread):
 
     def run(y, w, lo, hi):
         act = b.asarray(active, bool)
-        near = _compat.knn(xp, y, 9)
+        near = seed_neighbours.knn(xp, y, 9)
         cells = polygons.clip_by(xp, y, w, act, polygons.box_cells(xp, y, lo, hi, act, 16),
                                  xp.arange(n, dtype=xp.int64, device=b.device), near)
         return cells.vertices, cells.count, diagram.beyond_security(xp, y, w, act, cells, near)

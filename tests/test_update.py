@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from sdot._core import _compat, planar
+from sdot._core import planar, seed_neighbours
 from sdot._host import threads as host_threads
 from sdot._core.planar import hiding, kinetic
 from sdot._core.options import DEFAULT, DIAGRAM
@@ -161,7 +161,7 @@ def test_regular_rings(eager_backend):
     active = np.ones(9, bool)
     active[8] = False
     xp = eager_backend.xp
-    found = _compat.regular_rings(xp, *(eager_backend.asarray(a) for a in (seeds, psi)),
+    found = seed_neighbours.regular_rings(xp, *(eager_backend.asarray(a) for a in (seeds, psi)),
                                   eager_backend.asarray(active, bool), tile_points=DIAGRAM.tile_points)
     if found is None:
         assert not eager_backend.host, "no host: the caller clips instead"

@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, balancing, continuation, geometry, starts
+from . import _compat, balancing, continuation, geometry, row_blocks, starts
 from .newton_matrix import near_domain, newton_direction
 from .options import DEFAULT, DIAGRAM
 
@@ -372,7 +372,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
         bounded = st.new_width | (st.t < 1.0) | (st.width > 0)
         fans = None
         if not _compat.is_traced(bounded) and bool(bounded):
-            fans = _compat.in_background(lambda: geom.fans(xp, prob.seeds, st.psi, active, st.ev.cells), st.psi)
+            fans = row_blocks.in_background(lambda: geom.fans(xp, prob.seeds, st.psi, active, st.ev.cells), st.psi)
         # after a step damped to almost nothing, a more accurate direction: a loose linear solve's
         # residual, spread over the cells, can exceed a poor cell's deficit and shrink it
         # further at every step (clusters of 400 Diracs, cells at 138 times their targets:

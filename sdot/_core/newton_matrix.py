@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from . import _compat
+from . import _compat, row_blocks
 
 
 def newton_direction(xp, prob, ev, active, rhs, regularisation, solver, rtol=None, fresh=None, gauge=None):
@@ -57,13 +57,13 @@ def _laplacian(xp, seeds, cells, facet, active, rhs, regularisation):
     ``W_ij = (int of rho over facet ij) / (2 |y_i - y_j|)``. Eagerly one entry per facet
     of nonzero integral, rows non-decreasing (:func:`_facet_entries`); traced one per
     edge slot, zero where there is no facet (in blocks of rows, see
-    :func:`._compat.blockwise`).
+    :func:`.row_blocks.blockwise`).
     """
     n = cells.labels.shape[0]
     if _compat.static_shapes(seeds, cells.labels, facet, rhs):     # rhs: traced under a derivative rule
         rows = xp.arange(n, dtype=xp.int64, device=aac.device(seeds))
         rows_per_slot = xp.broadcast_to(rows[:, None], cells.labels.shape)
-        other, w = _compat.slotwise(xp, lambda c, r, lab, f: _facet_weights(xp, seeds, r, lab, c, f),
+        other, w = row_blocks.slotwise(xp, lambda c, r, lab, f: _facet_weights(xp, seeds, r, lab, c, f),
                                     cells.count, (rows,), (cells.labels, facet), (rows_per_slot, 0.0))
         diag = _compat.row_sum(xp, w)
         rows, cols, w = (xp.reshape(a, (-1,)) for a in (rows_per_slot, other, w))

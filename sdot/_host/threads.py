@@ -36,7 +36,7 @@ class HostSettings:
     """How the eager NumPy and torch kernels run: in blocks of rows, on threads.
 
     Settings of the process, not options of a solve: every kernel of the core runs through
-    ``_compat.blockwise`` or ``_compat.slotwise``, and each gives the same result whatever the
+    ``row_blocks.blockwise`` or ``row_blocks.slotwise``, and each gives the same result whatever the
     blocks and slots (the tests compare them). The threads also set the fewest tiles of the
     host's regular triangulation (:func:`.triangulation.tiled_rings`): results may differ
     in the last bits from one thread count to another. Read by :func:`settings`; changed for
@@ -57,7 +57,7 @@ class HostSettings:
     #: under ``jax.jit``, the compiled kernels): ``SDOT_HOST`` (default on). Off, they take
     #: the array-API route that a GPU takes, on the CPU (NumPy arrays are the host's own).
     reachable: bool = dataclasses.field(default_factory=_host_from_environment)
-    #: Vertex slots of the narrow pass of ``_compat.slotwise`` (98% of the cells of uniform
+    #: Vertex slots of the narrow pass of ``row_blocks.slotwise`` (98% of the cells of uniform
     #: seeds have at most 8 vertices, all but 0.03% at most 10).
     narrow: int = 8
 

@@ -1,6 +1,6 @@
 """Neighbours on the host: k nearest (cKDTree), Delaunay and regular triangulations (Qhull).
 
-NumPy in, NumPy out (see :mod:`sdot._host`); :mod:`sdot._core._compat.triangulation`
+NumPy in, NumPy out (see :mod:`sdot._host`); :mod:`sdot._core.seed_neighbours`
 calls these on NumPy views and has the array-API fallbacks.
 """
 from __future__ import annotations
@@ -8,6 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from .threads import map_on_threads, settings
+
+#: The dtype of the neighbour tables and indices these functions return.
+INDEX = np.int64
 
 #: Nearest points taken as candidates for a point in no Delaunay triangle.
 LONELY_NEIGHBOURS = 8
@@ -192,7 +195,7 @@ def overlapping_tiles(p, active, tiles):
 def rings(p, psi, active, stop_if_hidden=False):
     """Each ``active`` point's neighbours in the regular triangulation of the points ``p``
     with weights ``psi``, counter-clockwise around it: ``(labels (n, W), count (n,),
-    closed (n,))``, -1 padding, the layout of ``_compat.regular_rings``; computed in Morton
+    closed (n,))``, -1 padding, the layout of ``seed_neighbours.regular_rings``; computed in Morton
     order. None if Qhull fails. ``stop_if_hidden``: if an active point is hidden, only
     ``count`` is right."""
     from scipy.spatial import QhullError

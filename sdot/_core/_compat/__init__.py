@@ -11,24 +11,19 @@ This is the only package of ``sdot._core`` that may import a framework:
 
 - :mod:`.host`: tracing, NumPy views and host callbacks;
 - :mod:`.arrays`: scatter-add, row gathers and writes, sizes;
-- :mod:`.control`: loops and conditionals that trace, jitted kernels, blocks on threads;
-- :mod:`.triangulation`: nearest neighbours, Delaunay and regular triangulations;
+- :mod:`.control`: loops and conditionals that trace, jitted kernels;
 - :mod:`.namespaces`: the namespace the solver computes with.
 """
 from .arrays import (bucket, capacity, column, dot, first_columns, flat_take, hits, put_rows, row_all, row_any, row_gather,
                      row_max, row_min, row_sum, rows_where, segment_sum, select, set_rows, true_entries)
-from .control import (background_result, blockwise, cond, fori_loop, in_background, jit_on_jax, slotwise,
-                      while_loop, while_loop_taking)
+from .control import cond, fori_loop, jit_on_jax, while_loop, while_loop_taking
 from .host import (compiled_call, from_host, host_any, host_call, host_share, host_view, is_traced, known_none, on_host, static_shapes,
                    to_int)
 from .namespaces import namespace
-from .triangulation import (delaunay_neighbours, knn, nearest, regular_cell_combinatorics, regular_neighbours,
-                            regular_rings)
 
 __all__ = [
     "segment_sum", "while_loop", "while_loop_taking", "fori_loop", "cond", "column", "to_int", "host_call",
-    "is_traced", "on_host", "from_host", "compiled_call", "host_any", "host_share", "bucket", "capacity", "set_rows", "jit_on_jax", "knn", "nearest",
-    "delaunay_neighbours", "regular_cell_combinatorics", "regular_neighbours", "regular_rings",
-    "namespace", "dot", "first_columns", "flat_take", "blockwise", "slotwise", "select", "true_entries", "rows_where", "static_shapes", "host_view", "known_none", "put_rows", "row_gather", "hits",
-    "row_sum", "row_max", "row_min", "row_any", "row_all", "in_background", "background_result",
+    "is_traced", "on_host", "from_host", "compiled_call", "host_any", "host_share", "bucket", "capacity", "set_rows", "jit_on_jax",
+    "namespace", "dot", "first_columns", "flat_take", "select", "true_entries", "rows_where", "static_shapes", "host_view", "known_none", "put_rows", "row_gather", "hits",
+    "row_sum", "row_max", "row_min", "row_any", "row_all",
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, row_blocks
 from . import polygons as pg
 from ..options import DIAGRAM
 
@@ -46,7 +46,7 @@ def unmatched(xp, cells, mask, size=None, check_from: int = DIAGRAM.agreement_fr
                  else xp.zeros_like(mask))
     labels, count = xp.take(cells.labels, rows, axis=0), xp.take(cells.count, rows)
     keys, where = (_keys(xp, cells, n), every) if static else _neighbour_keys(xp, cells, labels, count, n, every)
-    missing = _compat.slotwise(xp, lambda c, r, lab: _disagreements(xp, keys, where, r, lab, c, n), count,
+    missing = row_blocks.slotwise(xp, lambda c, r, lab: _disagreements(xp, keys, where, r, lab, c, n), count,
                                (rows,), (labels,), (False,)) & valid[:, None]
     other = xp.reshape(xp.where(missing, labels, -1), (-1,))
     return unchecked | pg.mask_of(xp, rows, _compat.row_any(xp, missing), n) | pg.hits(xp, other, n)
@@ -66,7 +66,7 @@ def _neighbour_keys(xp, cells, labels, count, n, every):
 
 def _keys(xp, cells, n):
     """:func:`_vertex_keys` of ``cells`` (only their ``labels`` and ``count`` are read)."""
-    return _compat.slotwise(xp, lambda c, lab: _vertex_keys(xp, lab, c, n), cells.count, (), (cells.labels,), (-1,))
+    return row_blocks.slotwise(xp, lambda c, lab: _vertex_keys(xp, lab, c, n), cells.count, (), (cells.labels,), (-1,))
 
 
 @_compat.jit_on_jax("n")

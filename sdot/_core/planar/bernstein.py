@@ -35,7 +35,7 @@ import math
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, row_blocks
 from ..moments import about_seeds
 from ..quadrature import change_of_basis, gauss_legendre
 from .contour import Edges, far_origins, PieceGrid, visit_pieces
@@ -185,7 +185,7 @@ def _split_integrals(xp, seeds, cells, coefficients, lo, hi):
     tables = row_tables(xp, mono, lo, hi)
     n0, n1, n, _ = mono.shape
     by_coefficient = xp.reshape(xp.permute_dims(mono, (2, 3, 0, 1)), (n * n, n0, n1))
-    split, facet = _compat.blockwise(
+    split, facet = row_blocks.blockwise(
         xp, lambda s, v, c: edge_walk(xp, s, v, c, by_coefficient, tables, lo, hi), seeds, vertices, cells.count)
     return split, facet, origin
 

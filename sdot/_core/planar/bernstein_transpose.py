@@ -16,7 +16,7 @@ import math
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, row_blocks
 from ..quadrature import change_of_basis, gauss_legendre
 from .bernstein import _band_integrals, _PieceFrame
 from .contour import Edges, far_origins, PieceGrid, visit_pieces
@@ -66,7 +66,7 @@ def bernstein_polynomial_integrals(xp, seeds, cells, coefficients, lo, hi, coeff
         seeds, vertices = seeds + origin, vertices - origin[:, None, :]
         coefficients = _moved_coefficients(xp, coefficients, origin)
     kernel = lambda s, v, c, k: _polynomial_parts(xp, s, v, c, k, lo, hi, (n0, n1, nn))
-    g_tables, g_mono = _compat.blockwise(xp, kernel, seeds, vertices, cells.count, coefficients)
+    g_tables, g_mono = row_blocks.blockwise(xp, kernel, seeds, vertices, cells.count, coefficients)
     g_mono = _tables_to_monomials(xp, xp.sum(g_tables, axis=0), lo, hi, n0, n1, n) \
         + xp.reshape(xp.permute_dims(xp.reshape(xp.sum(g_mono, axis=0), (n, n, n0, n1)), (2, 3, 0, 1)), (n0, n1, nn))
     # a = M^T c M: dQ/dc = M (dQ/da) M^T

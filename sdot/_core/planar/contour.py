@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, row_blocks
 from ..moments import about_seeds
 from .polygons import FAR, gather
 
@@ -259,7 +259,7 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
     the density integrated along the edge ``(n, V)``.
 
     ``M_x = int (x - y_i) rho``, ``M_2 = int |x - y_i|^2 rho`` over the cell.
-    Eagerly in blocks of rows (:func:`.._compat.blockwise`): the per-piece
+    Eagerly in blocks of rows (:func:`..row_blocks.blockwise`): the per-piece
     temporaries of all edges at once would dominate the memory of a solve. The prefix
     tables of the density are computed once, not per block. Eagerly on the host, by the
     compiled kernel (:func:`sdot._host.compiled.integrals2d.cell_integrals`).
@@ -276,7 +276,7 @@ def cell_integrals(xp, seeds, cells, density, lo, hi):
     if origin is not None:
         seeds, vertices = seeds + origin, vertices - origin[:, None, :]
     if tuple(density.shape) == (1, 1):
-        moments, facet = _compat.slotwise(xp, lambda c, s, v: uniform_integrals(xp, s, v, c, density, lo, hi),
+        moments, facet = row_blocks.slotwise(xp, lambda c, s, v: uniform_integrals(xp, s, v, c, density, lo, hi),
                                           cells.count, (seeds,), (vertices,), (None, 0.0))
     else:
         moments, facet = _pixel_integrals(xp, seeds, vertices, cells.count, density, lo, hi)
@@ -293,7 +293,7 @@ def _pixel_integrals(xp, seeds, vertices, count, density, lo, hi):
     tables = xp.reshape(prefix_tables(xp, density, lo, hi), (3, -1))
 
     def walk(s, v, c):
-        split, facet = _compat.blockwise(xp, lambda s, v, c: edge_walk(xp, s, v, c, density, tables, lo, hi),
+        split, facet = row_blocks.blockwise(xp, lambda s, v, c: edge_walk(xp, s, v, c, density, tables, lo, hi),
                                          s, v, c)
         return xp.concat([split[:, :3], split[:, 3:4] + split[:, 4:]], axis=1), facet
 
@@ -305,7 +305,7 @@ def _pixel_integrals(xp, seeds, vertices, count, density, lo, hi):
         return walk(seeds, vertices, count)
     rest = xp.nonzero(pixel < 0)[0]
     values = xp.take(xp.reshape(density, (-1,)), xp.take(pixel, one))
-    m_one, f_one = _compat.blockwise(xp, lambda v, c, d: _polygon_integrals(xp, v[..., 0], v[..., 1], c, d),
+    m_one, f_one = row_blocks.blockwise(xp, lambda v, c, d: _polygon_integrals(xp, v[..., 0], v[..., 1], c, d),
                                      xp.take(vertices, one, axis=0), xp.take(count, one), values)
     n, cap = vertices.shape[:2]
     dev = aac.device(vertices)

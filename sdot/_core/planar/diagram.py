@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat, gradients
+from .. import _compat, gradients, seed_neighbours
 from .kinetic import rebuild, update
 from ..options import DIAGRAM
 from .polygons import CAPACITY, Cells, box_cells, clip_by, neighbours, slots_for
@@ -44,7 +44,7 @@ def first_candidates(xp, seeds, k: int = DIAGRAM.first_candidates, active=None, 
     candidate, nothing to repair at zero weights; traced, through the host callback, the
     first ``k + 1`` of them: 400 Diracs on the sides of the square, whose 20 nearest lie on
     their own side, had cells no repair certified), and with ``psi`` those of the regular
-    triangulation (see :func:`.._compat.delaunay_neighbours`); without a host, the ``k`` nearest
+    triangulation (see :func:`..seed_neighbours.delaunay_neighbours`); without a host, the ``k`` nearest
     seeds and the seed itself (all of them if there are no more). Traced or without a host,
     the inactive seeds (duplicates, zero masses) are moved out of the way first
     (:func:`_away`): 40 Diracs repeated 10 times had 9 of their 20 candidates on their own
@@ -52,11 +52,11 @@ def first_candidates(xp, seeds, k: int = DIAGRAM.first_candidates, active=None, 
     n = seeds.shape[0]
     moved = seeds if active is None else _away(xp, seeds, active)
     weighted = () if psi is None or active is None or not _compat.static_shapes(seeds) else (psi, active)
-    found = _compat.delaunay_neighbours(xp, moved if _compat.static_shapes(seeds) else seeds, min(k + 1, n), *weighted)
+    found = seed_neighbours.delaunay_neighbours(xp, moved if _compat.static_shapes(seeds) else seeds, min(k + 1, n), *weighted)
     if found is not None:
         # traced: at most k + 1 of them (a row cut short is not certified and is repaired)
         return found, False
-    found = _compat.knn(xp, moved, min(k + 1, n))
+    found = seed_neighbours.knn(xp, moved, min(k + 1, n))
     if found.shape[1] >= k + 1:
         return found, True
     pad = -xp.ones((n, k + 1 - found.shape[1]), dtype=found.dtype, device=aac.device(found))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, row_blocks
 from ..hiding import first_hidden
 from .polygons import offsets
 
@@ -24,7 +24,7 @@ def fans(xp, seeds, psi, active, cells):
     ``inf`` where no fan triangle contains the seed below its plane), ``(n,)``."""
     n = cells.count.shape[0]
     rows = xp.arange(n, dtype=xp.int64, device=aac.device(cells.count))
-    return _compat.slotwise(xp, lambda c, r, lab: _fan_geometry(xp, seeds, psi, active, r, lab, c),
+    return row_blocks.slotwise(xp, lambda c, r, lab: _fan_geometry(xp, seeds, psi, active, r, lab, c),
                             cells.count, (rows,), (cells.labels,), (None, None, None))
 
 
@@ -32,7 +32,7 @@ def hiding_step(xp, seeds, psi, d, active, cells, fans_at_psi=None):
     """The smallest ``t > 0`` at which a seed is certainly hidden (its cell empty) at
     weights ``psi + t d``, by a test on the neighbours in ``cells`` (the diagram at
     ``psi``), a 0-d array (``inf`` if none). ``fans_at_psi``: :func:`fans` of these
-    cells if computed already, or a handle of :func:`.._compat.in_background` computing them.
+    cells if computed already, or a handle of :func:`..row_blocks.in_background` computing them.
 
     Seed i is hidden when its lifted point ``(y_i, |y_i|^2 - psi_i)`` lies above the
     plane of three other lifted seeds over a triangle that contains ``y_i`` (the lower
@@ -47,7 +47,7 @@ def hiding_step(xp, seeds, psi, d, active, cells, fans_at_psi=None):
     """
     if fans_at_psi is None:
         fans_at_psi = fans(xp, seeds, psi, active, cells)
-    corners, weights, gap = _compat.background_result(fans_at_psi)
+    corners, weights, gap = row_blocks.background_result(fans_at_psi)
     return first_hidden(xp, d, active, corners, weights, gap)
 
 

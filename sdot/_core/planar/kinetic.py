@@ -11,7 +11,7 @@ import math
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, row_blocks, seed_neighbours
 
 from . import polygons as pg
 from .polygons import FAR, box_cells, clip_by, slots_for
@@ -42,7 +42,7 @@ def update(xp, seeds, psi, active, lo, hi, previous, stop_if_empty=False, option
 
 def rebuild(xp, seeds, psi, active, lo, hi, capacity: int, grow: bool = False,
             stop_if_empty: bool = False, options=DIAGRAM):
-    """Cells from the regular triangulation (:func:`.._compat.regular_rings`), or None.
+    """Cells from the regular triangulation (:func:`..seed_neighbours.regular_rings`), or None.
 
     The ring of dual triangles around each seed gives its cell's combinatorics:
     :func:`_updated` computes the vertices, and the cells it finds invalid (those
@@ -54,7 +54,7 @@ def rebuild(xp, seeds, psi, active, lo, hi, capacity: int, grow: bool = False,
     ``stop_if_empty``, if an active seed is hidden (its cell is empty) the cells are
     just the box for the other seeds: a diagram the caller rejects anyway.
     """
-    rings = _compat.regular_rings(xp, seeds, psi, active, stop_if_empty, tile_points=options.tile_points)
+    rings = seed_neighbours.regular_rings(xp, seeds, psi, active, stop_if_empty, tile_points=options.tile_points)
     if rings is None:
         return None
     labels, count, closed = rings
@@ -151,7 +151,7 @@ def _updated(xp, seeds, psi, active, lo, hi, previous):
     n = previous.count.shape[0]
     dev = aac.device(previous.count)
     rows = xp.arange(n, dtype=xp.int64, device=dev)
-    verts, ok, flipped, reversed_ = _compat.slotwise(
+    verts, ok, flipped, reversed_ = row_blocks.slotwise(
         xp, lambda c, r, lab, v: _moved(xp, seeds, psi, active, lo, hi, r, lab, c, v),
         previous.count, (rows,), (previous.labels, previous.vertices),
         (previous.vertices, None, False, False))
@@ -163,7 +163,7 @@ def _updated(xp, seeds, psi, active, lo, hi, previous):
         return cells, ok, flipped
     rows, _ = _compat.select(xp, retry, pg.budget(xp, retry))     # padding rows: retry False
     sub = pg.take_rows(xp, cells, rows)
-    verts, labels, count, fixed = _compat.blockwise(
+    verts, labels, count, fixed = row_blocks.blockwise(
         xp, lambda *a: _dropped(xp, seeds, psi, active, lo, hi, *a),
         rows, sub.labels, sub.count, sub.vertices, xp.take(reversed_, rows, axis=0))
     dropped = sub._replace(vertices=verts, labels=labels, count=count)
@@ -240,7 +240,7 @@ def flip_partners(xp, labels, count, flipped, width: int, traced_share: float = 
         gainer, gained = xp.where(ok, xp.take(gainer, idx), n), xp.take(gained, idx)
     else:       # the rows with a flip (a fifth at 1e5), in blocks: (m, 4 V) pairs would dominate the memory
         rows, _ = _compat.true_entries(xp, xp.any(flipped, axis=1))
-        gainer, gained = _compat.blockwise(xp, lambda *a: _flipped_pairs(xp, n, *a),
+        gainer, gained = row_blocks.blockwise(xp, lambda *a: _flipped_pairs(xp, n, *a),
                                            *(xp.take(a, rows, axis=0) for a in (labels, count, flipped)))
     return _pack_pairs(xp, gainer, gained, labels[:, 0], width)
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from .. import _compat, moments
+from .. import _compat, moments, row_blocks
 
 #: Vertex capacity per cell (grown eagerly on overflow).
 CAPACITY = 16
@@ -166,7 +166,7 @@ def _half_planes(xp, seeds, psi, active, count, rows, j):
 def _clip_column(xp, seeds, psi, active, cells, rows, j):
     """Clip the cells ``rows`` by the seeds ``j`` (one per row; -1, self or inactive: skip)."""
     d, offset, j, skip = _half_planes(xp, seeds, psi, active, cells.count, rows, j)
-    verts, labels, count, over = _compat.blockwise(xp, lambda *a: clip_polygons(xp, *a), cells.vertices,
+    verts, labels, count, over = row_blocks.blockwise(xp, lambda *a: clip_polygons(xp, *a), cells.vertices,
                                                    cells.labels, cells.count, d, offset, j, skip)
     return Cells(verts, labels, count, cells.overflow | over, cells.certified)
 
@@ -189,7 +189,7 @@ def clip_by(xp, seeds, psi, active, cells, rows, candidates):
     if _compat.static_shapes(cells.vertices, candidates, psi, seeds):
         return _compat.fori_loop(0, candidates.shape[1], lambda c, x: _clip_column(
             xp, seeds, psi, active, x, rows, _compat.column(candidates, c)), cells)
-    fields = _compat.blockwise(xp, lambda *a: _clip_block(xp, seeds, psi, active, Cells(*a[:4], None), *a[4:]),
+    fields = row_blocks.blockwise(xp, lambda *a: _clip_block(xp, seeds, psi, active, Cells(*a[:4], None), *a[4:]),
                                cells.vertices, cells.labels, cells.count, cells.overflow, rows, candidates)
     return Cells(*fields, cells.certified)
 
@@ -209,7 +209,7 @@ def _clip_block(xp, seeds, psi, active, cells, rows, candidates):
         if rows.shape[0] <= FEW_ROWS:               # clipping them all costs less than finding the cut ones
             cells = _clip_column(xp, seeds, psi, active, cells, rows, j)
             continue
-        hit = _compat.blockwise(xp, lambda *a: _cut_rows(xp, seeds, psi, active, *a),
+        hit = row_blocks.blockwise(xp, lambda *a: _cut_rows(xp, seeds, psi, active, *a),
                                 cells.vertices, cells.count, rows, j)
         if not _compat.host_any(xp, hit):
             continue
@@ -222,7 +222,7 @@ def _clip_block(xp, seeds, psi, active, cells, rows, candidates):
 
 def area_excess(xp, cells, lo, hi):
     """``(sum of cell areas - box area, tolerance)``: the certificate of exactness."""
-    area, square = _compat.slotwise(xp, lambda c, v: _area_terms(xp, v, c), cells.count, (), (cells.vertices,),
+    area, square = row_blocks.slotwise(xp, lambda c, v: _area_terms(xp, v, c), cells.count, (), (cells.vertices,),
                                     (None, None))
     box = xp.prod(hi - lo)
     tol = 64.0 * xp.finfo(area.dtype).eps * (box + xp.sqrt(xp.sum(square)) * xp.sqrt(box))
@@ -248,7 +248,7 @@ def neighbours(xp, cells, width: int):
     The candidates of the next diagram, and the table of the local test; a hint
     only: a neighbour cut off by ``width`` is found by the repair.
     """
-    return _compat.slotwise(xp, lambda c, lab: _neighbour_columns(xp, lab, c, width), cells.count, (),
+    return row_blocks.slotwise(xp, lambda c, lab: _neighbour_columns(xp, lab, c, width), cells.count, (),
                             (cells.labels,), (None,))
 
 
@@ -261,7 +261,7 @@ def _neighbour_columns(xp, labels, count, width: int):
 
 def max_degree(xp, cells):
     """Largest number of neighbours of a cell (eager sizing of the candidates)."""
-    return _compat.to_int(xp.max(_compat.slotwise(xp, lambda c, lab: _degrees(xp, lab, c), cells.count, (),
+    return _compat.to_int(xp.max(row_blocks.slotwise(xp, lambda c, lab: _degrees(xp, lab, c), cells.count, (),
                                                   (cells.labels,), (None,))))
 
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, row_blocks, seed_neighbours
 
 from .agreement import unmatched
 from ..options import DIAGRAM
@@ -134,7 +134,7 @@ def local_cutters(xp, seeds, psi, active, cells, rows, table):
         return _per_vertex(xp, sub, rows, valid, lambda u, row, idx: _best_cutter(
             xp, *planes, u, row, xp.reshape(_compat.flat_take(table, xp.stack(
                 [xp.take(incoming, idx), xp.take(outgoing, idx)], axis=1)), (idx.shape[0], -1))))
-    return _compat.blockwise(xp, block, rows)
+    return row_blocks.blockwise(xp, block, rows)
 
 
 @_compat.jit_on_jax()
@@ -158,7 +158,7 @@ def _per_vertex(xp, cells, rows, valid, find):
     u = xp.reshape(cells.vertices, (m * cap, 2))
     row = xp.reshape(xp.broadcast_to(rows[:, None], (m, cap)), (-1,))
     idx, ok = _compat.rows_where(xp, valid)
-    found = xp.where(ok, _compat.blockwise(xp, find, xp.take(u, idx, axis=0), xp.take(row, idx), idx), -1)
+    found = xp.where(ok, row_blocks.blockwise(xp, find, xp.take(u, idx, axis=0), xp.take(row, idx), idx), -1)
     full = -xp.ones((m * cap,), dtype=xp.int64, device=aac.device(row))
     return xp.reshape(_compat.put_rows(xp, full, idx, found), (m, cap))
 
@@ -210,7 +210,7 @@ def exact_cutters(xp, seeds, psi, active, cells, rows):
     """For every vertex of the cells ``rows`` (m,), a seed that cuts it off, or -1: (m, V).
 
     Eagerly on the host, the candidates of cell i are its neighbours in the
-    regular triangulation (:func:`.._compat.regular_neighbours`): the true cell is
+    regular triangulation (:func:`..seed_neighbours.regular_neighbours`): the true cell is
     the box cut by their half-planes, so a convex cell whose vertices none of them
     cuts is exact. Otherwise, and for hidden seeds, the seed of least power at
     the vertex: a nearest-neighbour query among lifted seeds (:func:`lifted`).
@@ -220,7 +220,7 @@ def exact_cutters(xp, seeds, psi, active, cells, rows):
     k = xp.arange(cap, dtype=xp.int64, device=aac.device(rows))[None, :]
     valid = xp.reshape(k < cells.count[:, None], (-1,))
     row_of = xp.reshape(xp.broadcast_to(rows[:, None], (m, cap)), (-1,))
-    table = _compat.regular_neighbours(xp, seeds, psi, active)
+    table = seed_neighbours.regular_neighbours(xp, seeds, psi, active)
     planes = _planes(xp, seeds, psi, active)
     if table is not None:
         hidden = xp.take(table[:, 0] < 0, row_of)
@@ -234,7 +234,7 @@ def exact_cutters(xp, seeds, psi, active, cells, rows):
     def find(u, row, idx):
         q = u + xp.take(seeds, row, axis=0)
         q = xp.concat([q, xp.zeros((q.shape[0], 1), dtype=q.dtype, device=aac.device(q))], axis=1)
-        return _best_cutter(xp, *planes, u, row, _compat.nearest(xp, points, q)[:, None])
+        return _best_cutter(xp, *planes, u, row, seed_neighbours.nearest(xp, points, q)[:, None])
     nearest = _per_vertex(xp, cells, rows, valid, find)
     return nearest if table is None else xp.maximum(found, nearest)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, row_blocks
 from .contour import (GAUSS, edge_walk, clamp, Edges, far_origins, PieceGrid, uniform_integrals,
                         visit_pieces, prefix_tables)
 from .polygons import gather
@@ -79,7 +79,7 @@ def facet_moments_by(xp, kernel, seeds, cells):
     taken about the far cells' origins (exact far from the seeds) and moved to the seeds."""
     origin = far_origins(xp, cells.vertices, cells.count)
     seeds, vertices = _about_origins(xp, seeds, cells, origin)
-    return facets_about_seeds(*_compat.blockwise(xp, kernel, seeds, vertices, cells.count), origin)
+    return facets_about_seeds(*row_blocks.blockwise(xp, kernel, seeds, vertices, cells.count), origin)
 
 
 def facets_about_seeds(f0, f1, f2, origin):
@@ -208,7 +208,7 @@ def polynomial_integrals(xp, seeds, cells, coefficients, lo, hi, shape):
         moments, _ = uniform_integrals(xp, seeds, vertices, cells.count, ones, lo, hi)
         return xp.reshape(xp.sum(coefficients * moments), (1, 1))
     kernel = lambda s, v, c, k: _polynomial_parts(xp, s, v, c, k, lo, hi, shape)
-    g_tables, g_pixels = _compat.blockwise(xp, kernel, seeds, vertices, cells.count, coefficients)
+    g_tables, g_pixels = row_blocks.blockwise(xp, kernel, seeds, vertices, cells.count, coefficients)
     return _to_pixels(xp, xp.sum(g_tables, axis=0), xp.sum(g_pixels, axis=0), lo, hi, shape)
 
 
@@ -311,11 +311,11 @@ def axis_second_moments(xp, seeds, cells, values, lo, hi):
     origin = far_origins(xp, cells.vertices, cells.count)
     seeds, vertices = _about_origins(xp, seeds, cells, origin)
     if tuple(values.shape) == (1, 1):
-        moments = _compat.blockwise(xp, lambda s, v, c: _uniform_axis_moments(xp, s, v, c, values, lo, hi),
+        moments = row_blocks.blockwise(xp, lambda s, v, c: _uniform_axis_moments(xp, s, v, c, values, lo, hi),
                                     seeds, vertices, cells.count)
     else:
         tables = xp.reshape(prefix_tables(xp, values, lo, hi), (3, -1))
-        moments = _compat.blockwise(xp, lambda s, v, c: edge_walk(xp, s, v, c, values, tables, lo, hi)[0],
+        moments = row_blocks.blockwise(xp, lambda s, v, c: edge_walk(xp, s, v, c, values, tables, lo, hi)[0],
                                     seeds, vertices, cells.count)
     mass, first, second = moments[:, :1], moments[:, 1:3], moments[:, 3:]
     if origin is None:

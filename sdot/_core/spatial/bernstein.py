@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, row_blocks
 from ..moments import about_seeds
 from . import faces
 from .bernstein_columns import column, degree, prefix_tables, through_tables
@@ -104,7 +104,7 @@ def _triangle_integrals(xp, seeds, triangles, slot, valid, F: int, coefficients,
     valid = valid & _nondegenerate(xp, triangles)
     origin = faces._first_vertices(xp, triangles, valid)[0]
     tables = prefix_tables(xp, coefficients, lo, hi)
-    per_cell, per_slot = _compat.blockwise(
+    per_cell, per_slot = row_blocks.blockwise(
         xp, lambda s, o, t, k, ok: _cell_block(xp, s, o, t, k, ok, F, coefficients, tables, lo, hi, kind),
         seeds, origin, triangles, slot, valid)
     return per_cell, per_slot, origin
@@ -115,7 +115,7 @@ def polynomial_integrals_of_triangles(xp, seeds, triangles, valid, coefficients,
     shape = tuple(int(s) for s in coefficient_shape)
     valid = valid & _nondegenerate(xp, triangles)
     origin = faces._first_vertices(xp, triangles, valid)[0]
-    parts = _compat.blockwise(
+    parts = row_blocks.blockwise(
         xp, lambda s, o, t, ok, q: _polynomial_block(xp, s, o, t, ok, q, shape, lo, hi),
         seeds, origin, triangles, valid, coefficients)
     return through_tables(xp, parts[0], parts[1], shape, lo, hi)

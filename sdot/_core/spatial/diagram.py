@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat, gradients
+from .. import _compat, gradients, row_blocks, seed_neighbours
 from ..options import DIAGRAM
 from . import integrate
 from .kinetic import moved, moved_rows
@@ -244,12 +244,12 @@ def _clipped(xp, seeds, psi, active, lo, hi, capacity, candidates):
 
 def _clipped_rows(xp, seeds, psi, active, lo, hi, capacity, rows, candidates):
     """The cells of the seeds ``rows``: the box clipped by their ``candidates``, in blocks of
-    rows (on the host's threads, see :func:`.._compat.blockwise`); not certified."""
+    rows (on the host's threads, see :func:`..row_blocks.blockwise`); not certified."""
 
     def block(rows, candidates):
         start = box_cells(xp, xp.take(seeds, rows, axis=0), lo, hi, xp.take(active, rows), capacity)
         return tuple(clip_by(xp, seeds, psi, active, start, rows, candidates)[:-1])
-    parts = _compat.blockwise(xp, block, rows, candidates)
+    parts = row_blocks.blockwise(xp, block, rows, candidates)
     return Cells(*parts, xp.asarray(False, device=aac.device(seeds)))
 
 
@@ -270,7 +270,7 @@ def regular_cells(xp, seeds, psi, active, lo, hi, capacity: int):
     through a host callback, clipped by the first ``capacity - 6`` neighbours, certified
     by the volume sum. None without a host or if Qhull fails (degenerate inputs)."""
     if _compat.static_shapes(seeds):
-        table = _compat.delaunay_neighbours(xp, seeds, capacity - 6, psi, active)
+        table = seed_neighbours.delaunay_neighbours(xp, seeds, capacity - 6, psi, active)
         if table is None:
             return None
         cells = _clipped(xp, seeds, psi, active, lo, hi, capacity, table)
@@ -310,7 +310,7 @@ def nearest_cells(xp, seeds, psi, active, lo, hi, capacity: int, k: int = DIAGRA
     n = seeds.shape[0]
     dev = aac.device(seeds)
     k = min(k, n)
-    nearest = _compat.knn(xp, seeds, k)
+    nearest = seed_neighbours.knn(xp, seeds, k)
     rows = xp.arange(n, dtype=xp.int64, device=dev)
     cells = clip_by(xp, seeds, psi, active, box_cells(xp, seeds, lo, hi, active, capacity), rows, nearest)
     bad = insecure(xp, seeds, psi, active, cells, nearest, k == n)
@@ -319,7 +319,7 @@ def nearest_cells(xp, seeds, psi, active, lo, hi, capacity: int, k: int = DIAGRA
     while _compat.host_any(xp, bad) and k < n:
         k = min(2 * k, n)
         redo, _ = _compat.true_entries(xp, bad)
-        wider = _compat.knn(xp, seeds, k)
+        wider = seed_neighbours.knn(xp, seeds, k)
         part = clip_by(xp, seeds, psi, active, box_cells(xp, xp.take(seeds, redo, axis=0), lo, hi,
                                                              xp.take(active, redo), capacity),
                        redo, xp.take(wider, redo, axis=0))

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat, moments
+from .. import _compat, moments, row_blocks
 from ..moments import about_seeds
 
 #: Distance from a seed beyond which a cell is "far": its closed-form integrals on the
@@ -82,7 +82,7 @@ def cell_integrals_of_triangles(xp, seeds, triangles, slot, valid, F: int, value
     seen from outside; ``slot`` (n, T) the facet slot of each triangle (0 <= slot < F);
     ``valid`` (n, T); ``values`` (n0, n1, n2) the voxel values on the box ``[lo, hi]``.
     ``M_u = int (x - y_i) rho`` (per axis), ``M_2 = int |x - y_i|^2 rho`` over the cell.
-    Eagerly in blocks of cells (:func:`.._compat.blockwise`); the prefix tables are
+    Eagerly in blocks of cells (:func:`..row_blocks.blockwise`); the prefix tables are
     computed once.
     """
     slot = xp.astype(slot, xp.int64)
@@ -90,12 +90,12 @@ def cell_integrals_of_triangles(xp, seeds, triangles, slot, valid, F: int, value
         origin = _far_origins(xp, triangles, valid)
         if origin is not None:
             triangles = triangles - origin[:, None, None, :]
-        moments, facet = _compat.blockwise(
+        moments, facet = row_blocks.blockwise(
             xp, lambda t, k, ok: _uniform_integrals(xp, t, k, ok, F, values), triangles, slot, valid)
         return (moments if origin is None else about_seeds(xp, moments, origin)), facet
     origin = _first_vertices(xp, triangles, valid)[0]
     tables = prefix_tables(xp, values, lo, hi)
-    moments, facet = _compat.blockwise(
+    moments, facet = row_blocks.blockwise(
         xp, lambda s, o, t, k, ok: _cell_integrals(xp, s, o, t, k, ok, F, values, tables, lo, hi),
         seeds, origin, triangles, slot, valid)
     return about_seeds(xp, moments, origin), facet
@@ -109,7 +109,7 @@ def polynomial_integrals_of_triangles(xp, seeds, triangles, valid, coefficients,
     the prefix tables): ``<result, rho> = sum(coefficients * moments)``."""
     shape = tuple(int(s) for s in values_shape)
     origin = _first_vertices(xp, triangles, valid)[0]
-    parts = _compat.blockwise(
+    parts = row_blocks.blockwise(
         xp, lambda s, o, t, ok, q: _polynomial_block(xp, s, o, t, ok, q, shape, lo, hi),
         seeds, origin, triangles, valid, coefficients)
     return _through_tables(xp, parts[0], parts[1], shape, lo, hi)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, row_blocks
 from ..hiding import first_hidden
 
 #: Vertex slots of the first pass over the cells (then all slots of the cells with more):
@@ -35,7 +35,7 @@ def fans(xp, seeds, psi, active, cells):
         return found
     n = cells.count.shape[0]
     rows = xp.arange(n, dtype=xp.int64, device=aac.device(cells.count))
-    return _compat.slotwise(xp, lambda size, r, lab, count, corners: _tetra_geometry(
+    return row_blocks.slotwise(xp, lambda size, r, lab, count, corners: _tetra_geometry(
         xp, seeds, psi, active, r, lab, count, size, corners),
         cells.size, (rows, cells.labels, cells.count), (cells.corners,), (None, None, None), slots=NARROW)
 
@@ -54,12 +54,12 @@ def hiding_step(xp, seeds, psi, d, active, cells, fans_at_psi=None):
     """The smallest ``t > 0`` at which a seed is certainly hidden (its cell empty) at
     weights ``psi + t d``, by the tetrahedra of :func:`fans` of ``cells`` (the diagram at
     ``psi``), a 0-d array (``inf`` if none). ``fans_at_psi``: :func:`fans` of these cells
-    if computed already, or a handle of :func:`.._compat.in_background` computing them.
+    if computed already, or a handle of :func:`..row_blocks.in_background` computing them.
     A cell may empty earlier (through other tetrahedra): this bounds from above the first
     ``t`` that empties a cell; the damping places its first trial below it."""
     if fans_at_psi is None:
         fans_at_psi = fans(xp, seeds, psi, active, cells)
-    corners, weights, gap = _compat.background_result(fans_at_psi)
+    corners, weights, gap = row_blocks.background_result(fans_at_psi)
     return first_hidden(xp, d, active, corners, weights, gap)
 
 

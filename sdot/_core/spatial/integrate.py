@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, row_blocks
 from ..moments import FAR, about_seeds
 from . import faces, sensitivity
 from .bernstein import (bernstein_axis_second_moments, bernstein_cell_integrals,  # noqa: F401 (re-exported)
@@ -30,10 +30,10 @@ def cell_integrals(xp, seeds, cells, values, lo, hi):
     if (found := _compiled_integrals(xp, seeds, cells, values, lo, hi)) is not None:
         return found
     if tuple(values.shape) == (1, 1, 1) and not _compat.static_shapes(cells.vertices):
-        moments, facet = _compat.blockwise(xp, lambda *rows: _uniform_rows(xp, cells, rows, False), *_rowwise(cells))
+        moments, facet = row_blocks.blockwise(xp, lambda *rows: _uniform_rows(xp, cells, rows, False), *_rowwise(cells))
         return moments * values[0, 0, 0], facet * values[0, 0, 0]
     if not _compat.static_shapes(cells.vertices):
-        return _compat.blockwise(xp, lambda y, *rows: _voxel_rows(xp, y, cells, rows, values, lo, hi),
+        return row_blocks.blockwise(xp, lambda y, *rows: _voxel_rows(xp, y, cells, rows, values, lo, hi),
                                  seeds, *_rowwise(cells))
     tri, slot, valid = facet_triangles(xp, cells)
     return faces.cell_integrals_of_triangles(xp, seeds, tri, slot, valid, cells.labels.shape[1], values, lo, hi)
@@ -149,7 +149,7 @@ def volumes(xp, cells):
     """The volume of every cell, ``(n,)``: eagerly the signed tetrahedra's determinants
     alone (the certificate of :mod:`.diagram` asks for nothing else)."""
     if not _compat.static_shapes(cells.vertices):
-        return _compat.blockwise(xp, lambda *rows: _uniform_rows(xp, cells, rows, True), *_rowwise(cells))
+        return row_blocks.blockwise(xp, lambda *rows: _uniform_rows(xp, cells, rows, True), *_rowwise(cells))
     ones = xp.ones((1, 1, 1), dtype=cells.vertices.dtype, device=aac.device(cells.vertices))
     return cell_integrals(xp, None, cells, ones, None, None)[0][:, 0]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, row_blocks
 from .polyhedra import CELL_CHUNK, live_vertices
 
 
@@ -20,7 +20,7 @@ def moved(xp, seeds, psi, lo, hi, cells):
     if _compat.static_shapes(cells.vertices) or aac.is_jax_array(cells.vertices):
         return _moved_all(xp, seeds, psi, lo, hi, cells)
     rows = xp.arange(seeds.shape[0], dtype=xp.int64, device=aac.device(seeds))
-    vertices, valid = _compat.blockwise(xp, lambda *block: _moved_chunks(xp, seeds, psi, lo, hi, cells, *block),
+    vertices, valid = row_blocks.blockwise(xp, lambda *block: _moved_chunks(xp, seeds, psi, lo, hi, cells, *block),
                                         rows, cells.vertices, cells.corners, cells.adjacent, cells.size, cells.labels)
     return cells._replace(vertices=vertices), valid
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, row_blocks
 from . import faces
 
 #: The pairs ``(a, b)``, ``a <= b``, of the second moments of a facet, in the order of
@@ -64,10 +64,10 @@ def facet_moments_of_triangles(xp, seeds, triangles, slot, valid, F: int, values
     slot = xp.astype(slot, xp.int64)
     origin = faces._first_vertices(xp, triangles, valid)[0]
     if tuple(values.shape) == (1, 1, 1):
-        sums = _compat.blockwise(xp, lambda o, t, k, ok: _uniform_facets(xp, o, t, k, ok, F, values),
+        sums = row_blocks.blockwise(xp, lambda o, t, k, ok: _uniform_facets(xp, o, t, k, ok, F, values),
                                  origin, triangles, slot, valid)
     else:
-        sums = _compat.blockwise(xp, lambda s, o, t, k, ok: _facet_block(xp, s, o, t, k, ok, F, values, lo, hi),
+        sums = row_blocks.blockwise(xp, lambda s, o, t, k, ok: _facet_block(xp, s, o, t, k, ok, F, values, lo, hi),
                                  seeds, origin, triangles, slot, valid)
     return _facets_about_seeds(xp, sums, origin)
 
@@ -78,10 +78,10 @@ def axis_second_moments_of_triangles(xp, seeds, triangles, valid, values, lo, hi
     :func:`facet_moments_of_triangles`."""
     origin = faces._first_vertices(xp, triangles, valid)[0]
     if tuple(values.shape) == (1, 1, 1):
-        sums = _compat.blockwise(xp, lambda o, t, ok: _uniform_axes(xp, o, t, ok, values), origin, triangles, valid)
+        sums = row_blocks.blockwise(xp, lambda o, t, ok: _uniform_axes(xp, o, t, ok, values), origin, triangles, valid)
     else:
         tables = faces.prefix_tables(xp, values, lo, hi)
-        sums = _compat.blockwise(
+        sums = row_blocks.blockwise(
             xp, lambda s, o, t, ok: _axis_block(xp, s, o, t, ok, values, tables, lo, hi), seeds, origin, triangles,
             valid)
     # about the origin: mass, first moments, then the axes' second moments; moved to the seeds

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat
+from .. import _compat, seed_neighbours
 from .kinetic import cramer
 from .polyhedra import Cells, clip, live_vertices, vertex_slots
 
@@ -34,7 +34,7 @@ def triangulated_cells(xp, seeds, psi, active, lo, hi, capacity: int, clipped_ro
     table, slabbed)``, ``table`` (n, W) the neighbours of every seed (-1 padding),
     uncertified cells, ``slabbed`` whether they were read in slabs (then supersets of the
     true cells, certified by the volume sum)."""
-    part = _compat.regular_cell_combinatorics(xp, seeds, None if equal else psi, active, capacity,
+    part = seed_neighbours.regular_cell_combinatorics(xp, seeds, None if equal else psi, active, capacity,
                                               vertex_slots(capacity), slabs)
     if part is None:
         return None

@@ -2,13 +2,14 @@
 :mod:`sdot._host.triangulation`; a brute force in pure array API otherwise)."""
 from __future__ import annotations
 
-import array_api_compat as aac
-import numpy as np
+import itertools
 
-from ..._host import slabs_3d
-from ..._host import triangulation as host_triangulation
-from .arrays import dot, segment_sum, set_rows, smallest
-from .host import from_host, host_callback, host_view, is_traced, on_host, static_shapes, to_int
+import array_api_compat as aac
+
+from .._host import slabs_3d
+from .._host import triangulation as host_triangulation
+from ._compat.arrays import dot, segment_sum, set_rows, smallest
+from ._compat.host import from_host, host_callback, host_view, is_traced, on_host, static_shapes, to_int
 
 
 def knn(xp, points, k: int):
@@ -18,7 +19,7 @@ def knn(xp, points, k: int):
     (:func:`_knn_by_grid`), else (traced, or clustered points) a chunked brute force
     (O(n^2) work).
     """
-    out = host_callback(xp, lambda p: host_triangulation.k_nearest(p, k), (points.shape[0], k), np.int64, points)
+    out = host_callback(xp, lambda p: host_triangulation.k_nearest(p, k), (points.shape[0], k), host_triangulation.INDEX, points)
     if out is None and not static_shapes(points) and not aac.is_jax_array(points):
         out = _knn_by_grid(xp, points, k)
     return _knn_brute_force(xp, points, k, points) if out is None else out
@@ -53,8 +54,7 @@ def _knn_by_grid(xp, points, k: int):
         return None
     order = xp.argsort(_flat(xp, cell, side), stable=True)
     starts = xp.cumulative_sum(counts) - counts
-    steps = np.stack(np.meshgrid(*([np.arange(-BLOCK, BLOCK + 1)] * d), indexing="ij"), axis=-1).reshape(-1, d)
-    steps = xp.asarray(steps, dtype=xp.int64, device=dev)
+    steps = xp.asarray(list(itertools.product(range(-BLOCK, BLOCK + 1), repeat=d)), dtype=xp.int64, device=dev)
     slots = xp.arange(most, dtype=xp.int64, device=dev)
     reach = BLOCK * xp.min(width)
     out = xp.empty((n, k), dtype=xp.int64, device=dev)
@@ -108,7 +108,7 @@ def delaunay_neighbours(xp, points, width=None, weights=None, active=None):
             return None
         extra = () if weights is None else (weights, active)
         return host_callback(xp, lambda p, *psi_active: host_triangulation.fixed_width_table(p, width, *psi_active),
-                             (points.shape[0], width), np.int64, points, *extra)
+                             (points.shape[0], width), host_triangulation.INDEX, points, *extra)
     host = host_view(points)
     if host is None:
         return None
@@ -165,7 +165,7 @@ def regular_rings(xp, points, weights, active, stop_if_hidden=False, *, tile_poi
 
 def nearest(xp, points, queries):
     """Index ``(m,)`` of the nearest of ``points`` to each of ``queries``."""
-    out = host_callback(xp, host_triangulation.nearest, (queries.shape[0],), np.int64, points, queries)
+    out = host_callback(xp, host_triangulation.nearest, (queries.shape[0],), host_triangulation.INDEX, points, queries)
     return _knn_brute_force(xp, points, 1, queries)[:, 0] if out is None else out
 
 
