@@ -121,7 +121,7 @@ def to_backend(name, a):
 
 def _instrument(totals):
     """Wrap the core's phases with wall-clock timers (eager backends)."""
-    from sdot._core import _compat, newton, planar, spatial
+    from sdot._core import newton, planar, seed_neighbours, spatial
     from sdot._core.planar import integrate
     from sdot._core.spatial import integrate as voxels
 
@@ -142,12 +142,12 @@ def _instrument(totals):
             return out
         setattr(module, name, wrapper)
 
-    timed(_compat, "knn", "neighbours")
-    timed(_compat, "delaunay_neighbours", "neighbours")
-    timed(_compat, "regular_neighbours", "neighbours")
-    timed(_compat, "regular_rings", "neighbours")
-    timed(_compat, "regular_cell_combinatorics", "neighbours")
-    timed(_compat, "nearest", "neighbours")
+    timed(seed_neighbours, "knn", "neighbours")
+    timed(seed_neighbours, "delaunay_neighbours", "neighbours")
+    timed(seed_neighbours, "regular_neighbours", "neighbours")
+    timed(seed_neighbours, "regular_rings", "neighbours")
+    timed(seed_neighbours, "regular_cell_combinatorics", "neighbours")
+    timed(seed_neighbours, "nearest", "neighbours")
     timed(planar, "power_cells", "cells", inner=("neighbours",))
     timed(spatial, "power_cells", "cells", inner=("neighbours",))
     timed(integrate, "cell_integrals", "integrals")
