@@ -2,14 +2,16 @@
 [--modes host linear geometry all] [--timeout 900]``.
 
 Times ``sdot.distance`` (NumPy, uniform box, the points of :func:`bench.solve.points`) with the
-host paths as they are ("host": scipy's k-d tree, Qhull, SuperLU) and with some of them
+host paths as they are ("host": scipy's k-d tree, Qhull, the sparse factors) and with some of them
 refused, as on a GPU or array_api_strict, where the core takes its pure array-API fallbacks:
 
 - "linear": the linear solves by Jacobi-preconditioned CG (:func:`sdot._core.linear_solvers._solve_cg`)
-  instead of SuperLU-preconditioned CG; the geometry on the host;
-- "geometry": k nearest neighbours by blocks of brute force (``_knn_brute_force``) instead of the
-  k-d tree, and no Qhull (the first diagram from the nearest seeds, ``nearest_cells``; no regular
-  triangulation for the kinetic update); SuperLU kept;
+  instead of factor-preconditioned CG; the geometry on the host;
+- "geometry": k nearest neighbours by a uniform grid or blocks of brute force
+  (:mod:`sdot._core.seed_neighbours`) instead of the k-d tree, and no Qhull (the first diagram
+  from the nearest seeds, ``nearest_cells``; no regular triangulation for the kinetic update); the
+  factors kept. The compiled cells (numba) need neither: run with ``SDOT_COMPILED=0`` for the
+  array-API cells, whose neighbours these are;
 - "all": both (what a GPU runs, here with NumPy's kernels on the CPU).
 
 Each (N, mode) runs in a fresh process after a warm-up solve of 100 other Diracs (imports);

@@ -1,4 +1,5 @@
-"""Compiled host kernels (DESIGN.md, rule 7): numba, NumPy in and NumPy out.
+"""Compiled host kernels: numba, NumPy in and NumPy out (the design rule: the hottest host-side
+kernels may be compiled at run time, the array-API route staying the oracle).
 
 Where the array-API kernels are the bottleneck on the CPU, these replace them on concrete host
 arrays (NumPy, CPU torch tensors and eager CPU JAX arrays, on NumPy views); the array-API
