@@ -75,3 +75,19 @@ def test_gpu_table_refuses_without_a_gpu_and_runs_the_gpu_route_on_the_cpu(sdot_
     row = run("torch", 2, 50, cpu=True)
     assert sdot_driver.host is False and row["steps"] >= 1 and row["warm"] > 0 and row["peak"] is None
     assert _line(row).split()[:4] == ["torch", "2", "50", str(row["steps"])]
+
+
+def test_solve_rows_run_with_their_phase_timers():
+    """``python -m bench`` (a fresh process per row, the phases timed by wrapping the core's
+    functions): a 2D and a 3D row converge and print their phases (a moved function, whose
+    timer then fails, once broke every row)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-m", "bench", "--n", "300", "--backends", "numpy", "--targets", "box",
+                           "box3d"], cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "failed" not in done.stdout, done.stdout + done.stderr[-2000:]
+    rows = [line.split() for line in done.stdout.splitlines() if line.split()[:1] in (["box"], ["box3d"])]
+    assert [r[:3] for r in rows] == [["box", "300", "numpy"], ["box3d", "300", "numpy"]], done.stdout
+    for r in rows:
+        assert float(r[4]) <= 1e-8 and all(float(v) >= 0 for v in r[8:12]), r     # residual, the four phases
