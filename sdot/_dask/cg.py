@@ -6,13 +6,15 @@ Each iteration is two rounds of calls on the tile actors, all tiles at once:
 (the search direction ``p = z + P e + beta p``, on the halo rows too from the neighbours'
 ``z``, and ``q = A p``; ``p . q``). The client sums the scalars and solves the coarse
 system ``(P^T A P) e = P^T r`` (one unknown per aggregate of a few hundred Diracs: sparse
-LU). Only halo rows of ``z``, the restricted residual and the coarse correction move.
+Cholesky by CHOLMOD where cvxopt is installed, else sparse LU). Only halo rows of ``z``, the restricted residual and the coarse correction move.
 """
 from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-import scipy.sparse.linalg as spla
+
+from .._core.linear_solvers import FactorPCGOptions
+from .._host import sparse_lu
 
 
 def gathered(calls):
@@ -38,7 +40,7 @@ class CoarseSolver:
         matrix = sp.coo_matrix((vals, (rows, cols)), shape=(size, size)).tocsr()
         empty = np.flatnonzero(matrix.diagonal() == 0)
         matrix = matrix + sp.coo_matrix((np.ones(empty.size), (empty, empty)), shape=(size, size)).tocsr()
-        self.factor = spla.splu(sp.csc_matrix(matrix))
+        self.factor, _ = sparse_lu.factorise(matrix, False, cholmod=FactorPCGOptions.cholmod)   # CHOLMOD's, else SuperLU's
 
     def solve(self, rhs):
         return self.factor.solve(rhs)

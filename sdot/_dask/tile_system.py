@@ -79,12 +79,13 @@ class TileSystem:
         self.rows = self.cols = self.w = None       # in the matrix now
         # block Jacobi: the owned block's sparse LU, nested dissection from the positions (the core's)
         if factor is None and n:
-            # FP32 factors (a preconditioner: half the memory traffic of the solves), ordered
-            # as the core orders them (nested dissection from the positions on large blocks)
+            # CHOLMOD's factors where cvxopt is installed, else SuperLU's in FP32 (a preconditioner:
+            # half the memory traffic of the solves), ordered as the core orders them (nested
+            # dissection from the positions on large blocks)
             start = (FactorPCGOptions.nested_dissection_from_3d if self.seeds.shape[1] == 3
                      else FactorPCGOptions.nested_dissection_from)
             points = self.seeds[:n] if n >= start else None
-            factor = sparse_lu.factorise(self.matrix[:, :n].tocsr(), True, points)
+            factor = sparse_lu.factorise(self.matrix[:, :n].tocsr(), True, points, FactorPCGOptions.cholmod)
         self.factor = factor
         self.solve_block = sparse_lu.preconditioner(*factor) if n else None
         self.r = np.where(a, self.rhs - mean, 0.0)
