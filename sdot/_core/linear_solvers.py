@@ -75,7 +75,7 @@ class FactorPCGOptions:
     #: Relative change of the diagonal beyond which a matrix is another problem's, whose factors
     #: are not tried (one solve's Newton matrices: at most 0.6; another point set: about 1).
     other_problem: float = 0.8
-    #: Rows from which the factors are FP32: they only precondition the FP64 conjugate
+    #: Rows from which SuperLU's factors are FP32: they only precondition the FP64 conjugate
     #: gradient, whose FP64 residual decides (half the memory traffic; a gain at 1e6 rows).
     fp32_factors_from: int = 500_000
     #: Rows from which the factors are ordered by nested dissection of the ``points`` rather
@@ -104,13 +104,14 @@ class FactorPCGOptions:
 
 class FactorPCG:
     """:class:`LinearSolver`: on the host, in FP64, conjugate gradient preconditioned by
-    the sparse LU factors of an earlier matrix of this solver (successive Newton matrices
+    the sparse factors of an earlier matrix of this solver (successive Newton matrices
     differ little) while they are worth keeping (``cache``, a
     :class:`sdot._host.sparse_lu.FactorCache`), or, when that does not reach ``rtol`` in
-    ``max_iterations`` iterations, a new factorisation (scipy's SuperLU in symmetric mode;
-    FP32 factors from ``fp32_factors_from`` rows), kept for the next solve; given the
-    ``points``, from ``nested_dissection_from`` rows the factors are those of the matrix
-    reordered by :func:`sdot._host.ordering.nested_dissection`. Where the host is not reachable
+    ``max_iterations`` iterations, a new factorisation (CHOLMOD's Cholesky with ``cholmod``
+    and cvxopt installed; else scipy's SuperLU in symmetric mode, FP32 factors from
+    ``fp32_factors_from`` rows, and given the ``points``, from ``nested_dissection_from``
+    rows, those of the matrix reordered by :func:`sdot._host.ordering.nested_dissection`),
+    kept for the next solve. Where the host is not reachable
     (GPU, array_api_strict), :class:`JacobiPCG`. Under ``jax.jit`` the host callback runs
     the solves on this solver's cache.
     """

@@ -37,10 +37,10 @@ class CholmodFactors:
         lower.sort_indices()
         n = mat.shape[0]
         # the CSC arrays as a cvxopt matrix, without a COO round trip
-        self._a = cvxopt.spmatrix(lower.data.astype(np.float64), lower.indices.astype(int),
-                                  np.repeat(np.arange(n), np.diff(lower.indptr)).astype(int), (n, n))
-        self._factor = cholmod.symbolic(self._a)
-        cholmod.numeric(self._a, self._factor)       # ArithmeticError if not positive definite
+        a = cvxopt.spmatrix(lower.data.astype(np.float64), lower.indices.astype(int),
+                            np.repeat(np.arange(n), np.diff(lower.indptr)).astype(int), (n, n))
+        self._factor = cholmod.symbolic(a)
+        cholmod.numeric(a, self._factor)             # ArithmeticError if not positive definite
         self.shape, self.nnz, self.dtype = mat.shape, mat.nnz, np.dtype(np.float64)
 
     def solve(self, b):

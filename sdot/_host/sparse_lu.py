@@ -1,7 +1,8 @@
-"""The Newton matrix's sparse LU factors on the host, kept to precondition a conjugate gradient.
+"""The Newton matrix's sparse factors on the host, kept to precondition a conjugate gradient.
 
-:class:`FactorCache` holds the factors of one ``_core.linear_solvers.FactorPCG`` solver (scipy's SuperLU,
-in symmetric mode) and decides when to make new ones; :func:`solve_laplacian` is what the
+:class:`FactorCache` holds the factors of one ``_core.linear_solvers.FactorPCG`` solver (CHOLMOD's
+Cholesky factors, :mod:`.cholmod`, where cvxopt is installed; else scipy's SuperLU in symmetric
+mode) and decides when to make new ones; :func:`solve_laplacian` is what the
 solver runs on the host (through ``_compat``'s ``host_callback``).
 """
 from __future__ import annotations
@@ -53,7 +54,7 @@ def laplacian_matrix(rows, cols, weights, diag):
 
 
 class FactorCache:
-    """The last sparse LU factorisation of a ``_core.linear_solvers.FactorPCG`` (one at a time, under a
+    """The last sparse factorisation of a ``_core.linear_solvers.FactorPCG`` (one at a time, under a
     lock: XLA runs host callbacks on threads of its own); ``factorisations``, ``reuses``
     and ``iterations`` (of the preconditioned conjugate gradients) count what :meth:`solve`
     did, with the ``options`` (a ``_core.linear_solvers.FactorPCGOptions``, or anything with its fields).
