@@ -21,9 +21,12 @@ pytest.importorskip("numba")
 
 from sdot._host import compiled  # noqa: E402
 from sdot._host.threads import host_settings  # noqa: E402
+from sdot._core.options import DIAGRAM  # noqa: E402
 from sdot._host.compiled import cells3d, integrals3d  # noqa: E402
 
 LO, HI = np.zeros(3), np.ones(3)
+#: The solver's thresholds of the compiled cells.
+CELLS = DIAGRAM.compiled
 
 
 def _seeds(kind, rng):
@@ -59,14 +62,14 @@ def test_cells_equal_scipy(kind):
     rng = np.random.default_rng(3)
     x, psi = _seeds(kind, rng)
     n = len(x)
-    fresh = cells3d.power_cells(x, psi, np.ones(n, bool), LO, HI, 48)
+    fresh = cells3d.power_cells(x, psi, np.ones(n, bool), LO, HI, 48, options=CELLS)
     assert np.all(fresh[-1] == cells3d.FINE)
     # from a diagram at other weights: a small change (moved) and a large one (the tree)
-    other = cells3d.power_cells(x, psi + 1e-3 * rng.random(n), np.ones(n, bool), LO, HI, 48)[:6]
-    nudged = cells3d.power_cells(x, psi + 1e-9 * rng.random(n), np.ones(n, bool), LO, HI, 48, fresh[:6])
+    other = cells3d.power_cells(x, psi + 1e-3 * rng.random(n), np.ones(n, bool), LO, HI, 48, options=CELLS)[:6]
+    nudged = cells3d.power_cells(x, psi + 1e-9 * rng.random(n), np.ones(n, bool), LO, HI, 48, fresh[:6], options=CELLS)
     ref = scipy_cells(x, psi, LO, HI)
     moments, _ = integrals3d.cell_integrals(x, *fresh[:4], fresh[5], np.ones((1, 1, 1)), LO, HI, 48)
-    again = cells3d.power_cells(x, psi, np.ones(n, bool), LO, HI, 48, other)
+    again = cells3d.power_cells(x, psi, np.ones(n, bool), LO, HI, 48, other, options=CELLS)
     again_moments, _ = integrals3d.cell_integrals(x, *again[:4], again[5], np.ones((1, 1, 1)), LO, HI, 48)
     np.testing.assert_allclose(moments[:, 0], [r[0] for r in ref], rtol=0, atol=1e-13)
     np.testing.assert_allclose(moments[:, 1:4], [r[1] for r in ref], rtol=0, atol=1e-13)
@@ -90,7 +93,7 @@ def test_voxel_integrals_equal_scipy_and_the_array_route():
     psi = 1e-3 * rng.random(40)
     values = rng.random((3, 4, 5)) + 0.1
     values[1, 2, 3] = 0.0
-    cells = cells3d.power_cells(x, psi, np.ones(40, bool), LO, HI, 48)
+    cells = cells3d.power_cells(x, psi, np.ones(40, bool), LO, HI, 48, options=CELLS)
     moments, facet = integrals3d.cell_integrals(x, *cells[:4], cells[5], values, LO, HI, 48)
     _, _, _, F, info = scipy_soup(x, psi, LO, HI)
     np.testing.assert_allclose(moments, cell_moments(x, info, values, LO, HI), rtol=0, atol=1e-13)
@@ -211,23 +214,23 @@ def test_conjugate_gradient_equals_scipy():
 
 
 def test_a_voronoi_diagram_clipped_first_by_the_nearest_seeds():
-    """From :data:`cells3d.NEAREST_FROM` seeds of equal weights, the cells are clipped first
+    """From ``CellOptions.nearest_from`` seeds of equal weights, the cells are clipped first
     by each seed's nearest active seeds (the k-d tree's, equal to scipy's): the same cells
     (neighbours and volumes) as the tree alone."""
     from scipy.spatial import cKDTree
 
     from sdot._host.compiled import run_rows
 
-    n = cells3d.NEAREST_FROM + 100
+    n = CELLS.nearest_from + 100
     x, active = np.random.default_rng(14).random((n, 3)), np.ones(n, bool)
     active[::50] = False
-    nearest = cells3d._nearest(x, active)
+    nearest = cells3d._nearest(x, active, CELLS.nearest)
     chosen = np.flatnonzero(active)
-    distance, _ = cKDTree(x[chosen]).query(x, k=cells3d.NEAREST + 1)
+    distance, _ = cKDTree(x[chosen]).query(x, k=CELLS.nearest + 1)
     assert np.all(active[nearest]) and np.all(nearest[active, 0] == np.flatnonzero(active))
     np.testing.assert_allclose(np.sqrt(((x[nearest] - x[:, None]) ** 2).sum(-1)), distance, rtol=0, atol=1e-15)
     psi = np.full(n, 0.3)
-    got = cells3d.power_cells(x, psi, active, LO, HI, 48)
+    got = cells3d.power_cells(x, psi, active, LO, HI, 48, options=CELLS)
     alone = cells3d._empty(n, 48)
     cells3d._clip(x, psi, active, LO, HI, None, False, np.arange(n), alone, run_rows)
     assert np.all(got[-1] == cells3d.FINE) and np.all(alone[6] == cells3d.FINE)
@@ -332,7 +335,7 @@ def test_contradicted_cells_cover_the_ring_s_errors(seed):
     rng = np.random.default_rng(seed)
     n = 400
     x, active = rng.random((n, 3)), np.ones(n, bool)
-    before = cells3d.power_cells(x, np.zeros(n), active, LO, HI, 48)[:6]
+    before = cells3d.power_cells(x, np.zeros(n), active, LO, HI, 48, options=CELLS)[:6]
     psi = 0.03 * rng.random(n)
     exact = cells3d._empty(n, 48)
     cells3d._clip(x, psi, active, LO, HI, None, False, np.arange(n), exact, run_rows)
@@ -342,7 +345,7 @@ def test_contradicted_cells_cover_the_ring_s_errors(seed):
     assert wrong.any() and not cells3d.tiles(ring[7], LO, HI)
     assert not np.any(wrong & ~agreement.contradicted(ring[1], ring[3], ring[4], run_rows))
     assert not agreement.contradicted(exact[1], exact[3], exact[4], run_rows).any()
-    again = cells3d.power_cells(x, psi, active, LO, HI, 48, before)
+    again = cells3d.power_cells(x, psi, active, LO, HI, 48, before, options=CELLS)
     assert np.all(again[-1] == cells3d.FINE)
     volume = [integrals3d.cell_integrals(x, *c[:4], c[5], np.ones((1, 1, 1)), LO, HI, 48)[0][:, 0]
               for c in (again, exact[:6])]
@@ -393,10 +396,10 @@ def test_planar_cells_and_integrals_equal_the_array_route(kind):
     active = np.ones(n, bool)
     values = rng.random((7, 9))
     values[2, 3] = 0.0
-    fresh = cells2d.power_cells(x, psi, active, lo, hi, 16)
-    other = cells2d.power_cells(x, psi + 1e-3 * rng.random(n), active, lo, hi, 16)[:3]
-    again = cells2d.power_cells(x, psi, active, lo, hi, 16, other)
-    nudged = cells2d.power_cells(x, psi + 1e-12 * rng.random(n), active, lo, hi, 16, fresh[:3])
+    fresh = cells2d.power_cells(x, psi, active, lo, hi, 16, options=CELLS)
+    other = cells2d.power_cells(x, psi + 1e-3 * rng.random(n), active, lo, hi, 16, options=CELLS)[:3]
+    again = cells2d.power_cells(x, psi, active, lo, hi, 16, other, options=CELLS)
+    nudged = cells2d.power_cells(x, psi + 1e-12 * rng.random(n), active, lo, hi, 16, fresh[:3], options=CELLS)
     with host_settings(compiled=False):
         ref = diagram.power_cells(np, x, psi, active, lo, hi)
         ref_moments, ref_facet = integrate.cell_integrals(np, x, ref, values, lo, hi)

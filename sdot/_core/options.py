@@ -16,6 +16,30 @@ from .linear_solvers import FactorPCGOptions, JacobiPCGOptions
 
 
 @dataclasses.dataclass(frozen=True)
+class CellOptions:
+    """How the compiled host kernels (:mod:`sdot._host.compiled.cells3d`, ``cells2d``) find
+    the cells: the thresholds between moving the previous cells, clipping them by their
+    neighbours' neighbours (the ring) and by the k-d tree. They change the time, not the cells."""
+
+    #: Without a previous diagram, from this many seeds of equal weights (the Voronoi start) each
+    #: 3D cell is first clipped by its ``nearest`` nearest seeds, then by the tree (at 1e5 seeds:
+    #: 2.4-3.3 s -> 2.0-2.2 s with scipy's cKDTree to find them, which took 0.25 s of it; 16,
+    #: 20 or 26 nearest: the same time).
+    nearest_from: int = 5000
+    nearest: int = 12
+    #: Largest share of invalid moved cells that the ring reclips with their neighbours alone;
+    #: beyond, every cell by the ring.
+    ring_share: float = 0.1
+    #: Cells moved first as a sample in 3D (every ``n // probe``-th): beyond twice
+    #: ``ring_share`` of them invalid, the ring clips every cell without moving the others (the
+    #: first Newton trials of a 3D box at 1e5 seeds: 47 to 86% invalid, 0.15 s a trial to move
+    #: them all).
+    probe: int = 1000
+    #: Beyond this share of invalid moved 2D cells, the tree clips every cell (not the ring).
+    ring_all: float = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
 class DiagramOptions:
     """Thresholds and sizes of the power diagrams (:func:`.planar.power_cells`): the
     first candidates, the kinetic update, the repair, the agreement check and the tiles of
@@ -55,6 +79,9 @@ class DiagramOptions:
     #: Active points per tile, at most about, of the regular triangulation on the host
     #: (tiles run on the threads, and Qhull's time per point grows with the points).
     tile_points: int = 10_000
+    #: How the compiled host kernels find the cells (2D and 3D): the thresholds between moving
+    #: the previous cells, clipping them by their neighbours' neighbours and by the k-d tree.
+    compiled: CellOptions = CellOptions()
 
 
 #: The diagram options the solver uses.

@@ -115,7 +115,7 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     and not repaired.
     """
     if candidates is None and (cells := _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous,
-                                                          stop_if_empty)) is not None:
+                                                          stop_if_empty, options)) is not None:
         return cells
     n = seeds.shape[0]
     dev = aac.device(seeds)
@@ -145,7 +145,7 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     return power_cells(xp, seeds, psi, active, lo, hi, candidates, _grown(capacity), previous, options=options)
 
 
-def _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_empty):
+def _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_empty, options):
     """Eagerly on the host, every cell by the compiled kernel (:func:`sdot._host.compiled.cells2d.power_cells`:
     the previous cells moved or each cell clipped on its own, by a k-d tree of the seeds, exact
     whatever the weights); None where it does not run (traced or device arrays, numba missing
@@ -157,7 +157,8 @@ def _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_
 
         slots = capacity
         while True:
-            *arrays, status = cells2d.power_cells(seeds, psi, active, lo, hi, slots, past or None)
+            *arrays, status = cells2d.power_cells(seeds, psi, active, lo, hi, slots, past or None,
+                                                       options=options.compiled)
             overflow = status == cells2d.OVERFLOWED
             if not overflow.any() or slots >= 1024:
                 return (*arrays, overflow)

@@ -50,7 +50,7 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     cell is returned uncertified as soon as it is found (a rejected damping trial).
     """
     if candidates is None and (cells := _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous,
-                                                          stop_if_empty)) is not None:
+                                                          stop_if_empty, options)) is not None:
         return cells
     dev = aac.device(seeds)
     same = previous is not None and candidates is None and previous.labels.shape[1] == capacity
@@ -87,7 +87,7 @@ def power_cells(xp, seeds, psi, active, lo, hi, candidates=None, capacity: int =
     return _from_candidates(xp, seeds, psi, active, lo, hi, capacity, candidates, previous, stop_if_empty, options)
 
 
-def _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_empty):
+def _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_empty, options):
     """Eagerly on the host, every cell by the compiled kernel (:func:`sdot._host.compiled.cells3d.power_cells`:
     the previous cells moved or each cell clipped on its own, by a k-d tree of the seeds, exact
     whatever the weights); None where it does not run (traced or device arrays, numba missing
@@ -100,7 +100,8 @@ def _compiled_cells(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_
 
         slots = capacity
         while True:
-            *arrays, status = cells3d.power_cells(seeds, psi, active, lo, hi, slots, past or None)
+            *arrays, status = cells3d.power_cells(seeds, psi, active, lo, hi, slots, past or None,
+                                                       options=options.compiled)
             if (status == cells3d.BROKEN).any():
                 return None
             overflow = status == cells3d.OVERFLOWED

@@ -15,12 +15,10 @@ import numpy as np
 
 from . import polygon as pg
 from ._numba import njit
-from .cells3d import BROKEN, FINE, LEAF, OVERFLOWED, RING_SHARE  # noqa: F401 (the same codes)
+from .cells3d import BROKEN, FINE, LEAF, OVERFLOWED  # noqa: F401 (the same codes)
 
 #: Vertex slots of a cell while it is clipped.
 SCRATCH = 512
-#: Beyond this share of invalid moved cells, the tree clips every cell (not the ring).
-RING_ALL = 0.5
 
 
 @njit
@@ -280,11 +278,12 @@ def _far2(box_lo, box_hi):
     return 4.0 * d
 
 
-def power_cells(seeds, psi, active, lo, hi, capacity, previous=None):
+def power_cells(seeds, psi, active, lo, hi, capacity, previous=None, *, options):
     """Every cell (NumPy in and out), see the module docstring: ``(vertices, labels, count,
     status)`` in the layout of :class:`..planar.polygons.Cells` with ``capacity`` vertex slots,
     per cell :data:`FINE` or :data:`OVERFLOWED`. ``previous``: the diagram of the same seeds at
-    other weights, ``(vertices, labels, count)``."""
+    other weights, ``(vertices, labels, count)``; ``options``: the thresholds between the ways
+    (``sdot._core.options.CellOptions``)."""
     from . import run_rows
 
     from .cells3d import kernel_inputs
@@ -293,7 +292,7 @@ def power_cells(seeds, psi, active, lo, hi, capacity, previous=None):
     seeds, psi, active, lo, hi, previous = kernel_inputs(seeds, psi, active, lo, hi, previous)
     if previous is not None:
         if previous[1].shape[1] == capacity:
-            found = _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows)
+            found = _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows, options)
             if found is not None:
                 return found
     hints = None if previous is None else previous[1]
@@ -320,7 +319,7 @@ def _clip(seeds, psi, active, lo, hi, hints, ring, rows, out, run_rows):
              rows.shape[0])
 
 
-def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows):
+def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows, options):
     """The previous cells moved, or clipped by the ring, if the area sum certifies them; else None."""
     from .cells3d import tiles
 
@@ -335,9 +334,9 @@ def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows):
     status = np.zeros(n, np.int8)
     if bad.shape[0] == 0 and tiles(area, lo, hi):
         return moved_vx, labels, count, status
-    if bad.shape[0] > RING_ALL * n:
+    if bad.shape[0] > options.ring_all * n:
         return None
-    if bad.shape[0] > RING_SHARE * n:
+    if bad.shape[0] > options.ring_share * n:
         rows = np.arange(n)
         moved_vx = None                         # freed first
         out = _empty(n, v_cap)
@@ -354,7 +353,7 @@ def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows):
         flags = np.empty(n, np.bool_)
         run_rows(lambda first, last: disagreeing(first, last, out[1], out[2], flags), n)
         suspects = np.flatnonzero(flags)
-        if suspects.shape[0] == 0 or suspects.shape[0] > RING_SHARE * n:
+        if suspects.shape[0] == 0 or suspects.shape[0] > options.ring_share * n:
             return None
         around = out[1][suspects]
         rows = np.unique(np.concatenate([suspects, around[around >= 0]]))

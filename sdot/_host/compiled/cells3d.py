@@ -43,17 +43,7 @@ LEAF = 8
 UNUSED = -7
 #: Per-cell results: fine, more slots needed than given, a cycle broken by rounding.
 FINE, OVERFLOWED, BROKEN = 0, 1, 2
-#: Without a previous diagram, from this many seeds of equal weights (the Voronoi start) each
-#: cell is first clipped by its :data:`NEAREST` nearest seeds, then by the tree (at 1e5 seeds:
-#: 2.4-3.3 s -> 2.0-2.2 s with scipy's cKDTree to find them, which took 0.25 s of it).
-NEAREST_FROM, NEAREST = 5000, 12
-#: Largest share of invalid moved cells that the ring reclips with their neighbours alone;
-#: beyond, every cell by the ring.
-RING_SHARE = 0.1
-#: Cells moved first as a sample (every ``n // PROBE``-th): beyond twice :data:`RING_SHARE` of
-#: them invalid, the ring clips every cell without moving the others (the first Newton trials
-#: of a 3D box at 1e5 seeds: 47 to 86% invalid, 0.15 s a trial to move them all).
-PROBE = 1000
+
 
 
 @njit
@@ -336,24 +326,25 @@ def tiles(volume, lo, hi):
     return abs(total - box) <= tol
 
 
-def power_cells(seeds, psi, active, lo, hi, capacity, previous=None):
+def power_cells(seeds, psi, active, lo, hi, capacity, previous=None, *, options):
     """Every cell (NumPy in and out), see the module docstring: ``(vertices, corners, adjacent,
     size, labels, count, status)`` in the layout of :class:`..spatial.polyhedra.Cells` with
     ``capacity`` facet slots (``3 capacity / 2`` vertex slots) and per cell :data:`FINE`,
     :data:`OVERFLOWED` or :data:`BROKEN`. ``previous``: the diagram of the same seeds at other
-    weights, ``(vertices, corners, adjacent, size, labels, count)``."""
+    weights, ``(vertices, corners, adjacent, size, labels, count)``; ``options``: the
+    thresholds between the ways (``sdot._core.options.CellOptions``)."""
     from . import run_rows
 
     n = seeds.shape[0]
     seeds, psi, active, lo, hi, previous = kernel_inputs(seeds, psi, active, lo, hi, previous)
     if previous is not None:
         if previous[4].shape[1] == capacity:
-            found = _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows)
+            found = _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows, options)
             if found is not None:
                 return found
     hints = None if previous is None else previous[4]
-    if hints is None and n >= NEAREST_FROM and _equal_weights(psi, active):
-        hints = _nearest(seeds, active)
+    if hints is None and n >= options.nearest_from and _equal_weights(psi, active):
+        hints = _nearest(seeds, active, options.nearest)
     out = _empty(n, capacity)
     _clip(seeds, psi, active, lo, hi, hints, False, np.arange(n), out, run_rows)
     return out[:7]
@@ -365,17 +356,17 @@ def _equal_weights(psi, active):
     return w.shape[0] > 0 and w.min() == w.max()
 
 
-def _nearest(seeds, active):
-    """The :data:`NEAREST` nearest active seeds of each seed (itself first among them, if
+def _nearest(seeds, active, k):
+    """The ``k`` nearest active seeds of each seed (itself first among them, if
     active; -1 where fewer): the hints of a Voronoi diagram, from the k-d tree of the cells."""
     from . import run_rows, tree
 
     perm, start, end, lo, hi = _tree_of(seeds, active)
     points = np.ascontiguousarray(seeds[perm])
-    hints = np.full((seeds.shape[0], NEAREST + 1), -1, np.int64)
+    hints = np.full((seeds.shape[0], k + 1), -1, np.int64)
     rows = _in_leaf_order(np.arange(seeds.shape[0]), perm, _rank(perm, seeds.shape[0]))   # (for the caches)
     run_rows(lambda first, last: tree.nearest_rows(first, last, rows, seeds, perm, start, end, lo, hi, points, hints,
-                                                   np.empty(NEAREST + 1), np.empty(256, np.int64)),
+                                                   np.empty(k + 1), np.empty(256, np.int64)),
              rows.shape[0])
     return hints
 
@@ -479,7 +470,7 @@ def _tree_of(seeds, active):
     return _trees[0][1]
 
 
-def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows):
+def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows, options):
     """The previous cells moved (1 of the module docstring), the invalid ones and their
     neighbours reclipped by the ring (2), if the certificate accepts them; else None."""
     vertices, corners, adjacent, size, labels, count = previous
@@ -492,9 +483,9 @@ def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows):
         moved_rows(first, last, seeds, psi, active, lo, hi, vertices, corners, adjacent, size, labels, moved_vx,
                    valid, volume, np.empty((v_cap, 3, 4)), np.empty(labels.shape[1], np.int64), step)
 
-    step = max(1, n // PROBE)                   # a sample first: most cells invalid, no need to move all
+    step = max(1, n // options.probe)           # a sample first: most cells invalid, no need to move all
     move(0, n, step)
-    if (~valid[::step]).mean() <= 2 * RING_SHARE:
+    if (~valid[::step]).mean() <= 2 * options.ring_share:
         run_rows(move, n)
         bad = np.flatnonzero(~valid)
     else:
@@ -502,7 +493,7 @@ def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows):
     status = np.zeros(n, np.int8)
     if bad is not None and bad.shape[0] == 0 and tiles(volume, lo, hi):
         return moved_vx, corners, adjacent, size, labels, count, status
-    if bad is None or bad.shape[0] > RING_SHARE * n:           # every cell by the ring
+    if bad is None or bad.shape[0] > options.ring_share * n:   # every cell by the ring
         rows = np.arange(n)
         moved_vx = None                         # freed first (at 1e6 seeds, 1.7 GB)
         out = _empty(n, labels.shape[1])
