@@ -109,9 +109,12 @@ def test_cells_read_in_slabs_match_qhull(weights, monkeypatch):
     """The triangulation read in slabs on the threads (from 50 seeds and 1 spacing deep here):
     the cells of seeds near the slabs' sides, cut by seeds beyond them, are clipped again,
     and every cell equals scipy's half-space intersection; the volume sum certifies them."""
+    import dataclasses
+
     from sdot._core import geometry
-    from sdot._host import slabs_3d, threads
+    from sdot._core.options import DIAGRAM
     from sdot._core.spatial import diagram, triangulated
+    from sdot._host import threads
 
     rng = np.random.default_rng(8)
     if weights == "lattice":                       # cospherical: ties between the slabs
@@ -126,14 +129,13 @@ def test_cells_read_in_slabs_match_qhull(weights, monkeypatch):
     n = len(seeds)
     psi = 0.05 * rng.random(n) if weights == "some hidden" else np.zeros(n)
     lo, hi = np.zeros(3), np.ones(3)
-    monkeypatch.setattr(slabs_3d, "SLABS_FROM", 50)
-    monkeypatch.setattr(slabs_3d, "SLAB_OVERLAP", 1.0)         # thin: seeds beyond the slabs cut cells
+    thin = dataclasses.replace(DIAGRAM, slabs_from_3d=50, slab_overlap=1.0)   # thin: seeds beyond the slabs cut cells
     read = []
     original = triangulated.triangulated_cells
     monkeypatch.setattr(diagram, "triangulated_cells", lambda *a, **k: read.append(original(*a, **k)) or read[-1])
     active = np.ones(n, bool)
     with threads.host_settings(threads=3):
-        cells = diagram.regular_cells(np, seeds, psi, active, lo, hi, diagram.CAPACITY)
+        cells = diagram.regular_cells(np, seeds, psi, active, lo, hi, diagram.CAPACITY, thin)
     # read in slabs; the lattice's hull faces are cut into triangles one way in a slab and
     # another in the whole: read at once instead
     assert [r[2] for r in read] == [weights != "lattice"] and bool(cells.certified)
@@ -308,23 +310,27 @@ def test_first_trials_in_3d_are_the_backtracking_less_the_sure_rejections(sdot_d
 def test_reference_box3d_1e3(sdot_driver, name, slabs, monkeypatch):
     """The C++ solvers' W2^2 for 1,000 uniform points in the unit cube, to 1e-8 (under
     ``jax.jit``: :func:`test_jit_value_and_gradient_equal_eager`); with ``slabs``, every
-    triangulation read in slabs (2e4 seeds by default), thin ones."""
-    from conftest import _activate
+    triangulation read in slabs (from 8,000 seeds by default), thin ones."""
+    import dataclasses
 
+    from conftest import _activate, solve_with
+
+    from sdot._core import options
     from sdot._host import slabs_3d, threads
 
     read = []
+    chosen = options.DEFAULT
     if slabs:                                   # (the array kernels' route: the compiled one reads no slabs)
         monkeypatch.setattr(threads, "_settings", [threads.HostSettings(compiled=False)])
-        monkeypatch.setattr(slabs_3d, "SLABS_FROM", 100)
-        monkeypatch.setattr(slabs_3d, "SLAB_OVERLAP", 1.5)
+        chosen = dataclasses.replace(chosen, diagram=dataclasses.replace(options.DIAGRAM, slabs_from_3d=100,
+                                                                         slab_overlap=1.5))
         original = slabs_3d._slab
         monkeypatch.setattr(slabs_3d, "_slab", lambda *a: read.append(1) or original(*a))
         monkeypatch.setattr(slabs_3d, "settings", lambda: threads.HostSettings(threads=2))
     backend = _activate(name, sdot_driver)
     pts = np.load(DATA / "points_3d_1000.npy")
-    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(backend.asarray(pts)),
-                                       sdot.Grid(backend.asarray(np.ones((1, 1, 1)))))
+    plan = solve_with(chosen, sdot.SumOfDiracs(backend.asarray(pts)), sdot.Grid(backend.asarray(np.ones((1, 1, 1)))),
+                      sdot.default_tolerance())
     assert float(plan.distance) == pytest.approx(REF_BOX3D_1E3, rel=1e-8)
     assert int(plan.iterations) <= 8
     assert bool(read) == slabs

@@ -79,6 +79,11 @@ class DiagramOptions:
     #: Active points per tile, at most about, of the regular triangulation on the host
     #: (tiles run on the threads, and Qhull's time per point grows with the points).
     tile_points: int = 10_000
+    #: Active seeds from which the 3D regular triangulation is read in slabs on the threads (one
+    #: per thread; box3d solves at 1e4 seeds 2.57-3.03 s whole, 2.36-2.75 s in slabs, 3 runs
+    #: each; the same at 5e3), and each slab's depth beyond its sides, in mean spacings.
+    slabs_from_3d: int = 8_000
+    slab_overlap: float = 3.0
     #: How the compiled host kernels find the cells (2D and 3D): the thresholds between moving
     #: the previous cells, clipping them by their neighbours' neighbours and by the k-d tree.
     compiled: CellOptions = CellOptions()

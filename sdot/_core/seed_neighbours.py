@@ -132,15 +132,18 @@ def regular_neighbours(xp, points, weights, active):
     return None if table is None else from_host(xp, table, points)
 
 
-def regular_cell_combinatorics(xp, points, weights, active, f_cap: int, v_cap: int, slabs: int | None = None):
+def regular_cell_combinatorics(xp, points, weights, active, f_cap: int, v_cap: int, slabs: int | None = None, *,
+                               slabs_from: int, overlap: float):
     """The 3D power cells' combinatorics read off the regular triangulation of the active
     ``points`` with ``weights`` (None: equal weights, Delaunay), in ``f_cap`` facet and
     ``v_cap`` vertex slots: a dict of arrays, see
     :func:`sdot._host.cells_3d.cell_combinatorics`, read in ``slabs`` slabs on the threads
-    (default: one per thread, see :mod:`sdot._host.slabs_3d`; then ``slabs`` in the dict
+    (default: one per thread from ``slabs_from`` active points, ``overlap`` mean spacings deep
+    beyond their sides, see :mod:`sdot._host.slabs_3d`; then ``slabs`` in the dict
     is true and the cells are to be certified). Eagerly on the host only (scipy's Qhull);
     None otherwise or if Qhull fails."""
-    found = on_host(lambda p, a, *w: slabs_3d.slab_cell_combinatorics(p, w[0] if w else None, a, f_cap, v_cap, slabs),
+    found = on_host(lambda p, a, *w: slabs_3d.slab_cell_combinatorics(p, w[0] if w else None, a, f_cap, v_cap, slabs,
+                                                                      slabs_from=slabs_from, overlap=overlap),
                     points, active, *(() if weights is None else (weights,)))
     return None if found is None else {k: from_host(xp, v, points) for k, v in found.items()}
 

@@ -3,8 +3,8 @@ thread: Qhull releases the GIL (two lifted hulls of 5e4 points: 3.1-3.3 s one af
 1.6-2.2 s on two threads).
 
 The active seeds are cut into slabs of equal counts along the longest side of their box;
-each slab triangulates its seeds and those up to :data:`SLAB_OVERLAP` mean spacings beyond
-its sides, and each seed takes its cell from its own slab. The cell of a slab's seed is
+each slab triangulates its seeds and those up to ``overlap`` mean spacings beyond its sides
+(``DiagramOptions.slab_overlap``), and each seed takes its cell from its own slab. The cell of a slab's seed is
 that of the slab's seeds alone, a superset of the true one: a seed beyond the slab cuts it
 only where it lies in the power sphere of a tetrahedron around the seed (it cuts off that
 vertex; impossible when the slab's reach ``D`` from the power centre ``c`` has ``D^2 - max
@@ -26,22 +26,19 @@ from .cells_3d import cell_combinatorics, regular_tetrahedra
 from .threads import map_on_threads, settings
 from .triangulation import with_candidates
 
-#: Active seeds from which the combinatorics are read in slabs (one per thread): box3d
-#: solves at 1e4 seeds 2.57-3.03 s whole, 2.36-2.75 s in slabs (3 runs each); the same at 5e3.
-SLABS_FROM = 8_000
-#: Depth of each slab's seeds beyond its sides, in mean spacings of the seeds.
-SLAB_OVERLAP = 3.0
 #: Seeds beyond its slab that an unbounded cell there is clipped by (it is bounded in the whole).
 OPEN_CANDIDATES = 48
 
 
-def slab_cell_combinatorics(p, psi, active, f_cap: int, v_cap: int, slabs: int | None = None):
+def slab_cell_combinatorics(p, psi, active, f_cap: int, v_cap: int, slabs: int | None = None, *, slabs_from: int,
+                            overlap: float):
     """:func:`.cells_3d.cell_combinatorics` of the seeds ``p`` (n, 3), read in ``slabs``
-    slabs (default: one per thread, from :data:`SLABS_FROM` active seeds): the same dict,
+    slabs (default: one per thread, from ``slabs_from`` active seeds), each with the seeds up to
+    ``overlap`` mean spacings beyond its sides: the same dict,
     with ``slabs`` (0-d bool) whether it was, and then cells to certify (see the module
     docstring); None if Qhull fails."""
     keep = np.flatnonzero(active)
-    slabs = (settings().threads if keep.size >= SLABS_FROM else 1) if slabs is None else slabs
+    slabs = (settings().threads if keep.size >= slabs_from else 1) if slabs is None else slabs
     if slabs < 2 or keep.size < 2 * slabs or len(p) >= 2_000_000:     # (face keys in 63 bits)
         return _whole(p, psi, active, f_cap, v_cap)
     hull = _hull_keys(p, keep)
@@ -53,7 +50,8 @@ def slab_cell_combinatorics(p, psi, active, f_cap: int, v_cap: int, slabs: int |
                corners=np.empty((n, v_cap, 3), np.int64), adjacent=np.empty((n, v_cap, 3), np.int64),
                size=np.zeros(n, np.int64), open=np.zeros(n, bool))
     _padded(out, np.flatnonzero(~active))
-    parts = map_on_threads(lambda slab: _slab(p, psi, keep, hull, f_cap, v_cap, out, *slab), _slabs(p, keep, slabs))
+    parts = map_on_threads(lambda slab: _slab(p, psi, keep, hull, f_cap, v_cap, out, *slab),
+                           _slabs(p, keep, slabs, overlap))
     if any(part is None for part in parts):
         return _whole(p, psi, active, f_cap, v_cap)
     table = np.full((n, max(q["table"].shape[1] for q in parts)), -1, np.int64)
@@ -68,13 +66,13 @@ def _whole(p, psi, active, f_cap, v_cap):
     return None if found is None else dict(found, slabs=np.asarray(False))
 
 
-def _slabs(p, keep, slabs):
+def _slabs(p, keep, slabs, overlap):
     """Per slab ``(members, own, axis, reach)``: the seeds it triangulates (ascending), which
     are its own, and the interval of coordinates along ``axis`` that its seeds fill."""
     q = p[keep]
     span = np.ptp(q, axis=0)
     axis = int(np.argmax(span))
-    depth = SLAB_OVERLAP * (np.prod(np.maximum(span, np.finfo(p.dtype).tiny)) / keep.size) ** (1 / 3)
+    depth = overlap * (np.prod(np.maximum(span, np.finfo(p.dtype).tiny)) / keep.size) ** (1 / 3)
     x = q[:, axis]
     cuts = np.quantile(x, np.arange(1, slabs) / slabs)
     which = np.searchsorted(cuts, x, side="right")

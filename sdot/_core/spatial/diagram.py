@@ -123,7 +123,7 @@ def _rebuilt(xp, seeds, psi, active, lo, hi, capacity, previous, stop_if_empty, 
     give a cell its neighbours' neighbours: clipped by its neighbours alone, the cells of
     1,000 seeds in the cube did not tile it at 3 of 5 trials, and each was built again from
     32 to 256 nearest seeds, 6 s on the CPU)."""
-    if (repaired := regular_cells(xp, seeds, psi, active, lo, hi, capacity)) is not None:
+    if (repaired := regular_cells(xp, seeds, psi, active, lo, hi, capacity, options)) is not None:
         if stop_if_empty and _emptied(xp, repaired, active):
             return _uncertified(xp, repaired)
         return _grown_if_overflowing(xp, repaired, seeds, psi, active, lo, hi, None, capacity, None, stop_if_empty,
@@ -258,18 +258,19 @@ def first_cells(xp, seeds, psi, active, lo, hi, capacity: int, options=DIAGRAM):
     """Cells without a previous diagram: from the regular triangulation on the host
     (:func:`regular_cells`), else from the ``options.first_candidates_3d`` nearest seeds
     (:func:`nearest_cells`)."""
-    cells = regular_cells(xp, seeds, psi, active, lo, hi, capacity)
+    cells = regular_cells(xp, seeds, psi, active, lo, hi, capacity, options)
     if cells is None:
         return nearest_cells(xp, seeds, psi, active, lo, hi, capacity, options.first_candidates_3d)
     return cells
 
 
-def regular_cells(xp, seeds, psi, active, lo, hi, capacity: int):
+def regular_cells(xp, seeds, psi, active, lo, hi, capacity: int, options=DIAGRAM):
     """Every cell from the regular triangulation (Qhull on the host; Delaunay at equal
     weights, 5 times faster than the lifted hull at 1e4): eagerly read off it
     (:func:`.triangulated.triangulated_cells`), hidden seeds' cells empty; under ``jax.jit``
     through a host callback, clipped by the first ``capacity - 6`` neighbours, certified
-    by the volume sum. None without a host or if Qhull fails (degenerate inputs)."""
+    by the volume sum. None without a host or if Qhull fails (degenerate inputs). ``options``:
+    the :class:`..options.DiagramOptions` (the slabs' threshold and depth)."""
     if _compat.static_shapes(seeds):
         table = seed_neighbours.delaunay_neighbours(xp, seeds, capacity - 6, psi, active)
         if table is None:
@@ -280,7 +281,7 @@ def regular_cells(xp, seeds, psi, active, lo, hi, capacity: int):
     if equal is None:
         return None
     def built(slabs=None):
-        found = triangulated_cells(xp, seeds, psi, active, lo, hi, capacity, equal=equal, slabs=slabs,
+        found = triangulated_cells(xp, seeds, psi, active, lo, hi, capacity, equal=equal, slabs=slabs, options=options,
                                    clipped_rows=lambda rows, t: _clipped_rows(xp, seeds, psi, active, lo, hi, capacity,
                                                                               rows, t))
         if found is None:

@@ -19,23 +19,25 @@ from __future__ import annotations
 import array_api_compat as aac
 
 from .. import _compat, seed_neighbours
+from ..options import DIAGRAM
 from .kinetic import cramer
 from .polyhedra import Cells, clip, live_vertices, vertex_slots
 
 
 def triangulated_cells(xp, seeds, psi, active, lo, hi, capacity: int, clipped_rows, equal: bool = False,
-                       slabs: int | None = None):
+                       slabs: int | None = None, options=DIAGRAM):
     """Every cell from the regular triangulation (see the module docstring), or None if
     there is no host or Qhull fails. ``equal``: the active weights are equal (Delaunay).
     ``clipped_rows(rows, table_rows)``: the cells of the seeds ``rows`` clipped from the box
     by ``table_rows``, for the cells that cannot be read off. ``slabs``: the triangulation is
-    read in that many slabs (default: one per thread from
-    :data:`sdot._host.slabs_3d.SLABS_FROM` seeds, 1: at once). Returns ``(cells,
+    read in that many slabs (default: one per thread from ``options.slabs_from_3d`` seeds, each
+    ``options.slab_overlap`` mean spacings deep beyond its sides; 1: at once). Returns ``(cells,
     table, slabbed)``, ``table`` (n, W) the neighbours of every seed (-1 padding),
     uncertified cells, ``slabbed`` whether they were read in slabs (then supersets of the
     true cells, certified by the volume sum)."""
     part = seed_neighbours.regular_cell_combinatorics(xp, seeds, None if equal else psi, active, capacity,
-                                              vertex_slots(capacity), slabs)
+                                                      vertex_slots(capacity), slabs, slabs_from=options.slabs_from_3d,
+                                                      overlap=options.slab_overlap)
     if part is None:
         return None
     dev = aac.device(seeds)
