@@ -19,7 +19,8 @@ def knn(xp, points, k: int):
     (:func:`_knn_by_grid`), else (traced, or clustered points) a chunked brute force
     (O(n^2) work).
     """
-    out = host_callback(xp, lambda p: host_triangulation.k_nearest(p, k), (points.shape[0], k), host_triangulation.INDEX, points)
+    out = host_callback(xp, lambda p: host_triangulation.k_nearest(p, k), (points.shape[0], k),
+                        host_triangulation.INDEX, points)
     if out is None and not static_shapes(points) and not aac.is_jax_array(points):
         out = _knn_by_grid(xp, points, k)
     return _knn_brute_force(xp, points, k, points) if out is None else out

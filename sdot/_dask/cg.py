@@ -6,7 +6,8 @@ Each iteration is two rounds of calls on the tile actors, all tiles at once:
 (the search direction ``p = z + P e + beta p``, on the halo rows too from the neighbours'
 ``z``, and ``q = A p``; ``p . q``). The client sums the scalars and solves the coarse
 system ``(P^T A P) e = P^T r`` (one unknown per aggregate of a few hundred Diracs: sparse
-Cholesky by CHOLMOD where cvxopt is installed, else sparse LU). Only halo rows of ``z``, the restricted residual and the coarse correction move.
+Cholesky by CHOLMOD where cvxopt is installed, else sparse LU). Only halo rows of ``z``, the
+restricted residual and the coarse correction move.
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ class CoarseSolver:
         matrix = sp.coo_matrix((vals, (rows, cols)), shape=(size, size)).tocsr()
         empty = np.flatnonzero(matrix.diagonal() == 0)
         matrix = matrix + sp.coo_matrix((np.ones(empty.size), (empty, empty)), shape=(size, size)).tocsr()
-        self.factor, _ = sparse_lu.factorise(matrix, False, cholmod=FactorPCGOptions.cholmod)   # CHOLMOD's, else SuperLU's
+        # CHOLMOD's factors, else SuperLU's
+        self.factor, _ = sparse_lu.factorise(matrix, False, cholmod=FactorPCGOptions.cholmod)
 
     def solve(self, rhs):
         return self.factor.solve(rhs)
