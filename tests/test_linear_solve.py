@@ -130,13 +130,17 @@ def test_solve_meets_the_requested_residual(backend, rtol, options):
 
 def test_newton_solves_to_a_tenth_of_the_tolerance_or_the_forcing_term():
     """The Newton direction's residual adds at most ``tol / 10`` to the masses' error,
-    or is ``forcing`` (1e-2 by default) relative to the right-hand side if that is looser."""
+    or is ``forcing`` (1e-2 by default) relative to the right-hand side if that is looser; after a
+    step damped below ``tiny_step``, a hundred times tighter."""
     import array_api_compat.numpy as xp
-    from sdot._core import newton, options
+    from sdot._core import damping, options
 
-    forcing = options.DEFAULT.forcing
-    rtol = [float(newton._linear_rtol(xp, 1e-8, xp.asarray(norm), forcing)) for norm in (1e-2, 1.0, 2e-8, 1e-8, 1e3)]
-    assert rtol == pytest.approx([1e-2, 1e-2, 0.05, 0.1, 1e-2], rel=1e-12)
+    def rtol(norm, t):
+        return float(damping.linear_rtol(xp, 1e-8, xp.asarray(norm), xp.asarray(t), 1.0, options.DEFAULT))
+    assert [rtol(norm, 1.0) for norm in (1e-2, 1.0, 2e-8, 1e-8, 1e3)] == pytest.approx([1e-2, 1e-2, 0.05, 0.1, 1e-2],
+                                                                                       rel=1e-12)
+    assert rtol(1.0, 1e-4) == pytest.approx(1e-4, rel=1e-12)
+    assert rtol(1e-5, 0.0) == pytest.approx(1e-4, rel=1e-12)
 
 
 @pytest.mark.parametrize("sort", [False, True])

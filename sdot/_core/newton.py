@@ -12,7 +12,8 @@ was damped (where steps must be damped they stay damped for a while), and at mos
 ``hiding_margin`` times the ``t`` at which a seed is certainly hidden (the geometry's
 ``hiding_step``, from the fans of the current neighbours; at the first step, after a
 damped one and in the continuation): trials beyond it are rejected for an empty cell, and
-each costs a diagram.
+each costs a diagram. These rules are :mod:`.damping`'s, shared with partial transport and the
+distributed solve.
 
 Exact duplicates are merged (one active representative carries the group's
 mass) and zero-mass Diracs are inactive, so every active cell has a positive
@@ -35,7 +36,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, balancing, continuation, geometry, row_blocks, starts
+from . import _compat, balancing, continuation, damping, geometry, row_blocks, starts
 from .newton_matrix import near_domain, newton_direction
 from .options import DEFAULT, DIAGRAM
 
@@ -331,8 +332,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
         return _errors(xp, mom, goal(width), active)
 
     def floor_of(ev, width):
-        g = goal(width)
-        return 0.5 * xp.minimum(_masked_min(xp, g, active), _masked_min(xp, ev.moments[:, 0], active))
+        return damping.mass_floor(xp, goal(width), ev.moments[:, 0], active)
 
     def at_width(width):
         return prob._replace(density=_at_width(xp, prob.density, width))
@@ -347,7 +347,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
 
         def cond(state):
             t, _, ok, tried, _ = state
-            return ~tried | (~ok & (options.backtrack * t > options.min_step))
+            return ~tried | (~ok & damping.more_trials(t, options))
 
         def loop_body(state):
             t = xp.where(state[3], options.backtrack * state[0], state[0])
@@ -373,14 +373,8 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
         fans = None
         if not _compat.is_traced(bounded) and bool(bounded):
             fans = row_blocks.in_background(lambda: geom.fans(xp, prob.seeds, st.psi, active, st.ev.cells), st.psi)
-        # after a step damped to almost nothing, a more accurate direction: a loose linear solve's
-        # residual, spread over the cells, can exceed a poor cell's deficit and shrink it
-        # further at every step (clusters of 400 Diracs, cells at 138 times their targets:
-        # the poorest cell sank to the damping's floor and the solve stalled)
-        forcing = options.forcing * xp.where(st.t < options.tiny_step, xp.full_like(st.t, options.tiny_step_forcing), 1.0)
         d = newton_direction(xp, prob, st.ev, active, goal(st.width) - st.ev.moments[:, 0], options.regularisation, solver,
-                             _linear_rtol(xp, tol, norm0, forcing, spread),
-                             fresh=st.it == 0, gauge=gauge)
+                             damping.linear_rtol(xp, tol, norm0, st.t, spread, options), fresh=st.it == 0, gauge=gauge)
         # a direction wider than the squared diameter of the seeds and the domain (no weights of
         # nonempty cells differ by more) is that of a Newton matrix with a null direction per
         # piece of the support: cells in separate pieces, their masses unbalanced (Diracs
@@ -405,10 +399,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
             return new, past, _accept(xp, new.moments, new.cells, active, st.floor, norm_t, norm0, t)
 
         def proceed():
-            if prob.seeds.shape[1] in options.hiding_on_the_backtracking:
-                t1 = _below_on_the_backtracking(xp, st.first, hidden_at, options.backtrack)
-            else:
-                t1 = xp.minimum(st.first, options.hiding_margin * hidden_at)
+            t1 = damping.first_trial(xp, st.first, hidden_at, prob.seeds.shape[1], options)
             no = xp.asarray(False, device=dev)
             # a direction wider than the squared diameter (not finite included) that the blur
             # did not take: pieces balanced by a line search of the dual (:mod:`.balancing`);
@@ -430,10 +421,9 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
             err = error(ev.moments, st.width)[0]
             if log is not None:
                 _compat.host_call(log, st.it + 1, err, xp.where(ok, t, 0.0), st.width)
-            # the next step's first trial
-            first = xp.minimum(xp.where(t < st.first, options.damped_growth * t, options.growth * t), 1.0)
+            first = damping.next_first(xp, t, st.first, options)
             return st._replace(psi=psi, ev=ev, it=st.it + 1, err=err, first=xp.where(ok, first, st.first),
-                               t=xp.where(ok, t, 0.0), stalls=xp.where(ok & (t >= options.stall_step), 0, st.stalls + 1),
+                               t=xp.where(ok, t, 0.0), stalls=damping.stalls_after(xp, ok, t, st.stalls, options),
                                overflowed=st.overflowed | overflowed, new_width=xp.zeros_like(st.new_width))
 
         def restart():
@@ -504,7 +494,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
         return (st.width > 0) & (_relative_error(xp, st.ev.moments, goal(st.width), active) <= limit)
 
     def cond(st):
-        return (((st.width > 0) | (st.err > tol)) & (st.it < max_iter) & (st.stalls < options.stalls))
+        return ((st.width > 0) | (st.err > tol)) & (st.it < max_iter) & ~damping.stopped(st.stalls, options)
 
     def body(st):
         return _compat.cond(stage_done(st), lambda: narrowed(st), lambda: newton_step(st))
@@ -526,7 +516,7 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
     converged = (err <= tol) & sound & (st.width == 0)
     code = lambda c: xp.asarray(c, device=dev)
     status = xp.where(converged, code(CONVERGED), xp.where(~sound, code(UNSOUND), xp.where(
-        st.stalls >= options.stalls, code(STALLED), code(MAX_ITERATIONS))))
+        damping.stopped(st.stalls, options), code(STALLED), code(MAX_ITERATIONS))))
     return Solution(st.psi, ev, err, st.it, converged, status, st.width, st.t, st.overflowed)
 
 
@@ -611,21 +601,6 @@ def lifted(xp, prob, psi, ev, active, targets, options):
     return psi, ev
 
 
-def _linear_rtol(xp, tol, norm, forcing, spread=1.0):
-    """Relative residual of a Newton solve (an inexact Newton method).
-
-    The residual ``r`` of ``DG d = rhs`` adds ``t r`` to the next masses' error, so
-    ``|r| <= 0.1 tol`` (``|rhs|`` is the Euclidean ``norm`` of the mass error) keeps it a
-    tenth of the tolerance; further from the solution the looser ``forcing`` is
-    enough: the next error is then about ``C |rhs|^2 + forcing |rhs|`` (undamped) or
-    ``(1 - t + t forcing) |rhs|`` (at 1e5 seeds, the same steps in fewer conjugate gradient
-    iterations than tighter solves). ``spread``, the smallest target over the largest: an
-    L2 residual does not see the cells of the smallest targets, so the forcing term is
-    scaled by it.
-    """
-    return xp.maximum(0.1 * tol / xp.where(norm > 0, norm, 1.0), forcing * spread)
-
-
 @_compat.jit_on_jax()
 def _errors(xp, moments, targets, active):
     """Max and Euclidean norms of the cell-mass error."""
@@ -633,16 +608,7 @@ def _errors(xp, moments, targets, active):
     return xp.max(xp.abs(e)), xp.sqrt(xp.sum(e * e))
 
 
-@_compat.jit_on_jax()
-def _below_on_the_backtracking(xp, first, hidden_at, backtrack):
-    """The largest ``first * backtrack^k`` (``k >= 0``) below ``hidden_at``: the trials of
-    plain backtracking from ``first``, less those certain to hide a seed."""
-    factor = xp.full_like(first, backtrack)       # (traced when the options are)
-    k = xp.floor(xp.log(xp.maximum(first / hidden_at, 1e-300)) / -xp.log(factor)) + 1.0
-    return first * factor ** xp.where(first >= hidden_at, k, 0.0)
-
-
 def _accept(xp, moments, cells, active, eps0, norm_t, norm0, t):
-    """Damping test: a sound diagram, every cell keeps ``eps0`` and the error decreases enough."""
-    return (cells.certified & ~xp.any(cells.overflow)
-            & (_masked_min(xp, moments[:, 0], active) >= eps0) & (norm_t <= (1.0 - 0.5 * t) * norm0))
+    """:func:`.damping.accepted` of a trial's ``cells`` and ``moments``."""
+    return damping.accepted(cells.certified & ~xp.any(cells.overflow), _masked_min(xp, moments[:, 0], active), eps0,
+                            norm_t, norm0, t)

@@ -122,7 +122,7 @@ class NewtonOptions:
     #: The shortest trial: a step whose next trial would be shorter takes none.
     min_step: float = 2.0 ** -30
     #: Relative residual of the linear solves away from the solution (inexact Newton, see
-    #: :func:`.newton._linear_rtol`).
+    #: :func:`.damping.linear_rtol`).
     forcing: float = 1e-2
     #: After a step damped below ``tiny_step`` (or none accepted), the forcing term is
     #: ``tiny_step_forcing`` times smaller for the next direction.

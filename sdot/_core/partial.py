@@ -22,7 +22,7 @@ import math
 
 import array_api_compat as aac
 
-from . import _compat, geometry, newton
+from . import _compat, damping, geometry, newton
 from .newton import CONVERGED, MAX_ITERATIONS, STALLED, Evaluation, Solution
 from .newton_matrix import _facet_entries
 from .options import DEFAULT
@@ -58,13 +58,13 @@ def evaluate(xp, prob, psi, active, previous=None):
     return Evaluation(cells, moments, facet), arc
 
 
-def _direction(xp, prob, ev, arc, psi, active, rhs, solver):
-    """Solve ``(D + A - W) d = rhs`` (see the module docstring)."""
+def _direction(xp, prob, ev, arc, psi, active, rhs, solver, rtol):
+    """Solve ``(D + A - W) d = rhs`` (see the module docstring) to the relative residual ``rtol``."""
     rows, cols, w = _facet_entries(xp, prob.seeds, ev.cells, ev.facet)
     n = psi.shape[0]
     radius = xp.sqrt(xp.where(active, psi, 1.0))
     diag = _compat.segment_sum(xp, w, rows, n) + xp.where(active, arc / (2.0 * radius), 1.0)
-    return xp.where(active, solver.solve(xp, rows, cols, w, diag, xp.where(active, rhs, 0.0), fresh=None), 0.0)
+    return xp.where(active, solver.solve(xp, rows, cols, w, diag, xp.where(active, rhs, 0.0), rtol, fresh=None), 0.0)
 
 
 def _reach(xp, cells):
@@ -140,39 +140,43 @@ def balanced_start(xp, prob, active, targets, options=DEFAULT, max_iter=300):
 
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, options=None):
-    """Damped Newton for partial transport: a :class:`.newton.Solution` (``width`` 0). Of the
-    :class:`.options.NewtonOptions` ``options``, the steps use ``growth`` (the first trial of a
-    step, times the last step's), ``backtrack`` and ``min_step`` (the shortest trial: shorter,
-    the solve stalls) and the linear solver. The first trial lowers no weight ``psi_i`` by more
-    than ``options.partial_shrink`` of it (a ball shrunk to nothing holds no mass: on the Gaussian
-    image at 1e4 Diracs most trials were refused for it, 30 evaluations for 8 steps, 1.37 s; with
-    0.9, 0.63 s). A trial whose step would leave cells below the floor
-    is tried once more with those cells' weights kept (from the balanced start, whose balls cover
+    """Damped Newton for partial transport: a :class:`.newton.Solution` (``width`` 0), by the
+    rules of :mod:`.damping` (the first trial, the backtracking, the damping test, the stall rule
+    and the linear solve's forcing; the :class:`.options.NewtonOptions` ``options``) from
+    :func:`initial_weights`. No hiding bound: instead the first trial lowers no weight ``psi_i``
+    by more than ``options.partial_shrink`` of it (a ball shrunk to nothing holds no mass: on
+    the Gaussian image at 1e4 Diracs most trials were refused for it, 30 evaluations for 8
+    steps, 1.37 s; with 0.9, 0.63 s). A trial whose step would leave cells below the floor is
+    tried once more with those cells' weights kept (from the balanced start, whose balls cover
     most cells whole, the Newton step shrinks them all and the cells that barely reach the
-    support fall first: 1,000 Diracs over a 20x20 square of a 64x64 image took 121 steps without it, 23 with)."""
+    support fall first: 1,000 Diracs over a 20x20 square of a 64x64 image took 121 steps
+    without it, 23 with)."""
     options = DEFAULT if options is None else options
     solver = options.linear.solver()
     psi, ev, arc = initial_weights(xp, prob, active, targets, options, max_iter)
+    dev = aac.device(psi)
+    real = lambda v: xp.asarray(v, dtype=psi.dtype, device=dev)       # noqa: E731
 
     def errors(ev):
         e = xp.where(active, targets - ev.moments[:, 0], 0.0)
         return e, float(xp.max(xp.abs(e))), float(xp.sqrt(xp.sum(e * e)))
 
+    def smallest(x):
+        return float(xp.min(xp.where(active, x, xp.inf)))
+
     e, err, norm = errors(ev)
-    floor = 0.5 * min(float(xp.min(xp.where(active, targets, xp.inf))),
-                      float(xp.min(xp.where(active, ev.moments[:, 0], xp.inf))))
-    it, t, status = 0, 1.0, CONVERGED
-    while err > tol:
-        if it >= max_iter:
-            status = MAX_ITERATIONS
-            break
-        d = _direction(xp, prob, ev, arc, psi, active, e, solver)
-        t = min(1.0, options.growth * t)
+    floor = float(damping.mass_floor(xp, targets, ev.moments[:, 0], active))
+    spread = smallest(targets) / float(xp.max(xp.where(active, targets, 0.0)))
+    it, stalls, first, last = 0, 0, 1.0, 1.0
+    while err > tol and it < max_iter and not damping.stopped(stalls, options):
+        rtol = damping.linear_rtol(xp, tol, real(norm), real(last), spread, options)
+        d = _direction(xp, prob, ev, arc, psi, active, e, solver, rtol)
+        t = first
         falling = active & (d < 0)          # no ball shrinks to nothing: psi_i falls by partial_shrink at most
         if bool(xp.any(falling)):
             reach = xp.where(falling, psi / xp.where(falling, -d, 1.0), xp.inf)
             t = min(t, options.partial_shrink * float(xp.min(reach)))
-        while t >= options.min_step:
+        while True:
             trial = xp.where(active, psi + t * d, 0.0)
             new, new_arc = evaluate(xp, prob, trial, active, previous=ev.cells)
             low = active & (new.moments[:, 0] < floor)
@@ -180,20 +184,18 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, options=None):
                 trial = xp.where(low, psi, trial)
                 new, new_arc = evaluate(xp, prob, trial, active, previous=ev.cells)
             e_new, err_new, norm_new = errors(new)
-            smallest = float(xp.min(xp.where(active, new.moments[:, 0], xp.inf)))
-            if smallest >= floor and norm_new <= (1.0 - 0.5 * t) * norm:
+            ok = bool(damping.accepted(bool(new.cells.certified), smallest(new.moments[:, 0]), floor, norm_new, norm, t))
+            if ok or not damping.more_trials(t, options):
                 break
             t *= options.backtrack
-        if t < options.min_step:
-            status = STALLED
-            break
-        psi, ev, arc, e, err, norm = trial, new, new_arc, e_new, err_new, norm_new
+        if ok:
+            psi, ev, arc, e, err, norm = trial, new, new_arc, e_new, err_new, norm_new
+            first = float(damping.next_first(xp, real(t), real(first), options))
+        stalls = int(damping.stalls_after(xp, xp.asarray(ok, device=dev), real(t), xp.asarray(stalls, device=dev), options))
+        last = t if ok else 0.0
         it += 1
         if log is not None:
-            log(it, err, t, 0.0)
-    if err <= tol:
-        status = CONVERGED
-    dev = aac.device(psi)
-    real = lambda v: xp.asarray(v, dtype=psi.dtype, device=dev)       # noqa: E731
+            log(it, err, last, 0.0)
+    status = CONVERGED if err <= tol else STALLED if damping.stopped(stalls, options) else MAX_ITERATIONS
     return Solution(psi, ev, real(err), xp.asarray(it, device=dev), xp.asarray(status == CONVERGED, device=dev),
-                    xp.asarray(status, device=dev), real(0.0), real(t), xp.asarray(False, device=dev))
+                    xp.asarray(status, device=dev), real(0.0), real(last), xp.asarray(False, device=dev))

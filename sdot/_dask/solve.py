@@ -1,10 +1,9 @@
 """The damped Newton method of :mod:`sdot._core.newton`, driven from the client over the tiles.
 
 The same method and rules as the single-process solve (the start at the Voronoi diagram,
-the Newton direction from ``DG d = m - G`` in the gauge ``mean(d) = 0``, the forcing term of
-the linear solve, the first trial ``min(first, hiding_margin * hiding step)``, the damping
-test: a certified diagram, every cell keeps ``eps0`` and ``|G - m|`` decreases by ``1 - t/2``,
-the backtracking and the stall rule), with the values of :data:`sdot._core.options.DEFAULT`.
+the Newton direction from ``DG d = m - G`` in the gauge of :func:`sdot._core.newton_matrix.near_domain`,
+and the rules of :mod:`sdot._core.damping`: the forcing term of the linear solve, the first trial, the
+damping test, the backtracking and the stall rule), with the values of :data:`sdot._core.options.DEFAULT`.
 The client holds scalars and a checkpoint of the weights of the last accepted step (a
 worker lost mid-step costs that step: :class:`.setup.TileSet`); weights, cells and the
 Newton matrix's rows live on the tiles (:mod:`.tile`), the linear solve is :mod:`.cg`. A tile whose halo does not certify its
@@ -26,6 +25,7 @@ import warnings
 
 import numpy as np
 
+from .._core import damping
 from .._core.options import DEFAULT
 from . import cg, dimensions, setup
 from .cg import gathered
@@ -125,14 +125,14 @@ class _Newton:
     every tile has accepted its trial (and the weights are checkpointed): a step that a lost
     worker interrupts leaves it as it was, to be redone."""
 
-    def __init__(self, halos, tol, max_iter, options, log, clock):
-        self.halos, self.tol, self.max_iter, self.options, self.log, self.clock = \
-            halos, tol, max_iter, options, log, clock
-        self.first, self.it, self.stalls, self.cg_iterations, self.floor = 1.0, 0, 0, [], None
+    def __init__(self, halos, dim, tol, max_iter, options, log, clock):
+        self.halos, self.dim, self.tol, self.max_iter, self.options, self.log, self.clock = \
+            halos, dim, tol, max_iter, options, log, clock
+        self.first, self.t, self.it, self.stalls, self.cg_iterations, self.floor = 1.0, 1.0, 0, 0, [], None
 
     @property
     def done(self):
-        return not (self.err > self.tol and self.it < self.max_iter and self.stalls < self.options.stalls)
+        return not (self.err > self.tol and self.it < self.max_iter and not damping.stopped(self.stalls, self.options))
 
     def start(self, tiles):
         """The diagrams at the tiles' weights (the start, or the checkpoint of a rebuild)."""
@@ -148,7 +148,7 @@ class _Newton:
                     "continuation of hard densities (zero regions, Diracs outside the support) is not distributed yet")
             targets = gathered([t.target_range() for t in tiles])
             low, high = min(r[0] for r in targets), max(r[1] for r in targets)
-            self.floor, self.spread = 0.5 * min(low, min_mass), low / high
+            self.floor, self.spread = float(damping.mass_floor(np, low, min_mass, True)), low / high
             if self.log:
                 self.log(0, err, 0.0)
         self.summaries, self.err, self.norm = summaries, err, norm
@@ -158,18 +158,19 @@ class _Newton:
         tiles, options, norm, clock = self.tiles, self.options, self.norm, self.clock
         diag_sum, count, rhs_sum = (sum(v) for v in zip(*gathered([t.newton_system() for t in tiles])))
         count = max(count, 1)
-        rtol = max(0.1 * self.tol / (norm if norm > 0 else 1.0), options.forcing * self.spread)
+        rtol = float(damping.linear_rtol(np, self.tol, norm, self.t, self.spread, options))
         clock("newton matrix")
         # new block factors every step: kept ones (the core's rent-or-buy) cost as much in
         # iterations as they save (2e5 Diracs, 2 workers: 17 iterations a step instead of 14,
         # factorisations 17 s instead of 22 s, conjugate gradient 13 s instead of 9.5 s)
         cg_iterations = cg.solve(tiles, options.regularisation, diag_sum / count, rhs_sum / count, rtol)
         clock("linear solve")
-        total, count = (sum(v) for v in zip(*gathered([t.direction_sum() for t in tiles])))
-        halo_d = cg.routed(gathered([t.set_direction(total / max(count, 1)) for t in tiles]))
+        near, near_count, total, count = (sum(v) for v in zip(*gathered([t.direction_sum() for t in tiles])))
+        mean = near / near_count if near_count else total / max(count, 1)       # newton_matrix.near_domain's gauge
+        halo_d = cg.routed(gathered([t.set_direction(mean) for t in tiles]))
         gathered([t.receive("d", halo_d.get(k, {})) for k, t in enumerate(tiles)])
         hidden_at = min(gathered([t.hiding_step() for t in tiles]))
-        t = min(self.first, options.hiding_margin * hidden_at)
+        t = float(damping.first_trial(np, np.float64(self.first), hidden_at, self.dim, options))
         clock("direction")
         levels = self.halos.level
         while True:
@@ -177,18 +178,16 @@ class _Newton:
                                          lambda ks: _evaluated(tiles, levels, ks, t, again=True),
                                          lambda some: not _accepted(some, self.floor, t, norm))
             ok = _accepted(trial, self.floor, t, norm)
-            if ok or options.backtrack * t <= options.min_step:
+            if ok or not damping.more_trials(t, options):
                 break
             t *= options.backtrack
         if ok:
             tileset.checkpoint = gathered([tile.accept() for tile in tiles])
             self.summaries = trial
             self.err, self.norm = _totals(trial)[:2]
-            first_next = min((options.damped_growth if t < self.first else options.growth) * t, 1.0)
-            self.stalls = 0 if t >= options.stall_step else self.stalls + 1
-            self.first = first_next
-        else:
-            self.stalls += 1
+            self.first = float(damping.next_first(np, t, self.first, options))
+        self.stalls = int(damping.stalls_after(np, ok, t, self.stalls, options))
+        self.t = t if ok else 0.0
         self.it += 1
         self.cg_iterations.append(cg_iterations)
         clock("diagrams")
@@ -214,7 +213,7 @@ def solve(client, positions, masses, total, density, centre, scale, tol, max_ite
                 tileset = setup.TileSet(client, positions, masses, total, density, centre, scale, tiles_per_worker,
                                         aggregate_size, width, options.diagram)
                 halos = _Halos(len(tileset.tiles), width)
-                newton = _Newton(halos, tol, max_iter, options, log, clock)
+                newton = _Newton(halos, positions.shape[1], tol, max_iter, options, log, clock)
                 clock("tiles")
             elif stale:
                 tileset.rebuild()
@@ -246,7 +245,7 @@ def _accepted(summaries, floor, t, norm):
     each keeps ``floor``, the error's norm below ``(1 - t/2) norm``. On some of the tiles:
     False if they reject the trial already (the others can only add error, lower masses)."""
     _, norm_t, min_t, _, sound = _totals(summaries)
-    return sound and min_t >= floor and norm_t <= (1.0 - 0.5 * t) * norm
+    return bool(damping.accepted(sound, min_t, floor, norm_t, norm, t))
 
 
 def _evaluated(tiles, levels, which, t=0.0, again=False):

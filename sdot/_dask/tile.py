@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from .._core import geometry, newton
+from .._core import geometry, newton, newton_matrix
 from .._host.threads import host_settings
 from . import dimensions, tiling
 from .tile_system import TileSystem, cells_of, kept
@@ -288,8 +288,11 @@ class Tile:
         return out
 
     def direction_sum(self):
-        """``(sum of the solution over the active Diracs, their count)``."""
-        return float(np.sum(self.system.x[self.active])), int(np.sum(self.active))
+        """``(sum, count)`` of the solution over the active Diracs near the domain
+        (:func:`.newton_matrix.near_mask`: the gauge), then over all the active ones."""
+        near = newton_matrix.near_mask(np, self.seeds, self.active)
+        x = self.system.x
+        return float(np.sum(x[near])), int(np.sum(near)), float(np.sum(x[self.active])), int(np.sum(self.active))
 
     def set_direction(self, mean):
         """The Newton direction: the solution minus ``mean`` (0 on inactive Diracs);
