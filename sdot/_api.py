@@ -10,7 +10,7 @@ import array_api_compat as aac
 import numpy as np
 
 from . import _autodiff, _batched, _differentiable, _driver, _partial
-from ._core import newton
+from ._core import evaluation
 from ._core.options import DEFAULT as NEWTON_OPTIONS
 from ._spline_grid import SplineGrid
 from ._diagram import PowerDiagram
@@ -79,6 +79,9 @@ def optimal_transport_plan(source, target, tol=None, max_iter=300, verbose=False
     """
     return _plan("optimal_transport_plan", PLAN_FIELDS, source, target, tol=tol, max_iter=max_iter,
                  verbose=verbose, raise_on_failure=raise_on_failure)
+
+
+PowerDiagram._solve = staticmethod(optimal_transport_plan)      # PowerDiagram.adjust_weights's solve
 
 
 _OPTIONS = ("tol", "max_iter", "verbose", "raise_on_failure")
@@ -172,7 +175,7 @@ def _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure, source, ta
     if sol is None:                         # under jax.jit: the cells are computed when asked
         diagram = PowerDiagram._at_weights(prob.seeds, potential, prob.density)
     else:
-        diagram = PowerDiagram._from_solution(newton.Problem(_autodiff.detach(prob.seeds), None, host.density),
+        diagram = PowerDiagram._from_solution(evaluation.Problem(_autodiff.detach(prob.seeds), None, host.density),
                                               potential, sol.evaluation.cells, sol.evaluation.moments, active)
     diagram.capped = True
     out = OtPlan(power_diagram=diagram, **fields)

@@ -10,7 +10,7 @@ import array_api_compat as aac
 import numpy as np
 
 from . import _autodiff, _driver, _partial
-from ._core import geometry, newton
+from ._core import evaluation, geometry
 from ._core.density import grid_density
 from ._grid_batches import _BatchOfGrids
 from ._grids import PolynomialGrid
@@ -125,13 +125,13 @@ def checked_problem(source, target):
     if host is not None:            # concrete JAX on the CPU: normalise in NumPy (eager JAX ops compile)
         like = source.positions
         source, target = (m.astype(np.dtype(dtype)) for m in host)
-        on_host = newton.Problem(source.positions, source.masses, grid_density(target.density, *target.domain))
+        on_host = evaluation.Problem(source.positions, source.masses, grid_density(target.density, *target.domain))
         to_jax = functools.partial(_driver.convert_like, like=like)
-        prob = newton.Problem(to_jax(on_host.seeds), to_jax(on_host.masses),
+        prob = evaluation.Problem(to_jax(on_host.seeds), to_jax(on_host.masses),
                               type(on_host.density)(*map(to_jax, on_host.density)))
     else:
         source, target = source.astype(dtype), target.astype(dtype)   # normalise in `dtype`
-        prob = newton.Problem(source.positions, source.masses, grid_density(target.density, *target.domain))
+        prob = evaluation.Problem(source.positions, source.masses, grid_density(target.density, *target.domain))
     arrays = (prob.seeds, prob.masses) + tuple(prob.density)
     if any(_driver.is_tracer(a) for a in arrays):   # values unknown: the masses given, if given
         given = (source.mass, target.mass)

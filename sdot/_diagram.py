@@ -11,7 +11,7 @@ from . import _diagram3d, _driver
 from ._core._compat import namespace as namespace_of
 from ._driver import _to_host as _to_numpy
 from ._pytrees import JaxPytree
-from ._core import newton, plan
+from ._core import evaluation, plan
 from ._core.density import grid_density
 
 __all__ = ["PowerDiagram", "Cell", "Facet"]
@@ -84,6 +84,10 @@ class PowerDiagram(JaxPytree):
     domain : pair (lo, hi), optional
         Default the unit square (the unit interval in 1D, the unit cube in 3D).
     """
+
+    #: The solve of :meth:`adjust_weights`, :func:`sdot.optimal_transport_plan`: set by
+    #: :mod:`sdot._api`, which builds the plans' diagrams (this module does not import it back).
+    _solve = None
 
     def __init__(self, positions, weights=None, domain=None):
         from ._grids import Grid
@@ -165,7 +169,7 @@ class PowerDiagram(JaxPytree):
             if views is not None:           # concrete JAX on the CPU: the NumPy core, nothing compiles
                 core_xp, core = namespace_of(views[0]), (views[0], views[1], type(dens)(*views[2:]))
             cells, moments, _ = plan.diagram(core_xp, *core)
-            self._state = (newton.Problem(seeds, None, dens), cells, moments)
+            self._state = (evaluation.Problem(seeds, None, dens), cells, moments)
         return self._state
 
     @property
@@ -214,11 +218,9 @@ class PowerDiagram(JaxPytree):
         masses (normalised to 1 as in ``SumOfWeightedDiracs``) is partial transport: the cells
         are then cut by the balls (:attr:`capped`).
         """
-        from ._api import optimal_transport_plan
         from ._measures import SumOfWeightedDiracs
 
-        result = optimal_transport_plan(SumOfWeightedDiracs(self.positions, dirac_masses),
-                                        target_distribution, **options)
+        result = PowerDiagram._solve(SumOfWeightedDiracs(self.positions, dirac_masses), target_distribution, **options)
         solved = result.power_diagram
         # the plan's cells, or (under jax.jit) the target to compute them from when asked
         self.weights, self._state, self._target = result.brenier_potential, solved._state, solved._target

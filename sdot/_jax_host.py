@@ -27,7 +27,7 @@ import array_api_compat as aac
 import numpy as np
 
 from . import _autodiff, _differentiable, _driver
-from ._core import _compat, newton, plan, sensitivity
+from ._core import _compat, evaluation, plan, sensitivity
 from ._host.threads import HOST_THREAD, settings as host_settings
 
 
@@ -214,7 +214,7 @@ class _Static(functools.partial):
 def _forward(spec, log, options, seeds, masses, *rest):
     """The host solve: the plan's arrays, the solve's weights and the token of its state."""
     *density, tol, max_iter = rest
-    prob = newton.Problem(np.array(seeds), np.array(masses), spec.kind(*map(np.array, density)))
+    prob = evaluation.Problem(np.array(seeds), np.array(masses), spec.kind(*map(np.array, density)))
     res = plan.solve_plan(_compat.namespace(prob.seeds), prob, float(tol), int(max_iter), log=log, options=options)
     lin = _differentiable.linearization(prob, res)
     token = STORE.put(Entry(lin, _differentiable.Kept()))
@@ -246,9 +246,9 @@ def _entry(spec, token, seeds, masses, *rest):
 def _rebuilt(spec, token, seeds, masses, *rest):
     """:func:`_entry` on a miss: the state rebuilt (cells: on :data:`HOST_THREAD`) and kept."""
     *density, psi = rest
-    prob = newton.Problem(np.array(seeds), np.array(masses), spec.kind(*map(np.array, density)))
+    prob = evaluation.Problem(np.array(seeds), np.array(masses), spec.kind(*map(np.array, density)))
     xp = _compat.namespace(prob.seeds)
-    rep, active, targets = newton.group_duplicates(xp, prob.seeds, prob.masses)
+    rep, active, targets = evaluation.group_duplicates(xp, prob.seeds, prob.masses)
     ev = plan.evaluation_at(xp, prob, np.array(psi), active)
     dens = prob.density
     lin = sensitivity.Linearization(prob.seeds, prob.masses, dens.values, dens.lo, dens.hi, ev.cells, ev.moments,

@@ -23,7 +23,7 @@ import array_api_compat as aac
 import numpy as np
 
 from . import _autodiff, _driver, _jax_host
-from ._core import _compat, newton, partial, plan
+from ._core import _compat, evaluation, partial, plan
 from ._core.density import PixelDensity
 from ._core.options import DEFAULT
 
@@ -44,12 +44,12 @@ def is_partial(total_source, total_target):
 
 def _host_problem(xp, prob):
     """The problem cut from autodiff, on NumPy views for JAX (None under ``jax.jit``)."""
-    cut = newton.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
+    cut = evaluation.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
                          type(prob.density)(*(_autodiff.detach(a) for a in prob.density)))
     if not aac.is_jax_namespace(xp):
         return cut
     views = _driver.host_views(cut.seeds, cut.masses, *cut.density)
-    return None if views is None else newton.Problem(views[0], views[1], type(prob.density)(*views[2:]))
+    return None if views is None else evaluation.Problem(views[0], views[1], type(prob.density)(*views[2:]))
 
 
 def check(xp, prob, tol, max_iter):
@@ -59,7 +59,7 @@ def check(xp, prob, tol, max_iter):
     partial.check_supported(prob.seeds.shape[1], isinstance(prob.density, PixelDensity))
     host = _host_problem(xp, prob)
     if host is None:
-        cut = newton.Problem(*(_autodiff.detach(a) for a in (prob.seeds, prob.masses)), prob.density)
+        cut = evaluation.Problem(*(_autodiff.detach(a) for a in (prob.seeds, prob.masses)), prob.density)
         if not _jax_host.takes(xp, cut) or _driver.is_tracer(tol) or _driver.is_tracer(max_iter):
             raise NotImplementedError("partial transport under jax.jit runs in a host callback on the CPU "
                                       "(jit_route='callback', the default), with tol and max_iter static")
@@ -72,7 +72,7 @@ def check(xp, prob, tol, max_iter):
 def solve_arrays(xp, prob, tol, max_iter, log=None, options=DEFAULT):
     """The plan's arrays (a dict, see :class:`sdot.OtPlan`), the solution and the active
     Diracs, in ``prob``'s units."""
-    rep, active, targets = newton.group_duplicates(xp, prob.seeds, prob.masses)
+    rep, active, targets = evaluation.group_duplicates(xp, prob.seeds, prob.masses)
     unit, scale = plan.normalised(xp, prob)
     sol = partial.solve(xp, unit, tol, max_iter, active, targets, log=log, options=options)
     sol = sol._replace(psi=sol.psi * (scale * scale), evaluation=plan._in_units(xp, sol.evaluation, scale))
@@ -187,7 +187,7 @@ def _traced_fields(prob, tol, max_iter, options):
 
 def _on_host(tol, max_iter, options, seeds, masses, values, lo, hi):
     """The host side of :func:`_traced_fields` (NumPy in and out)."""
-    host = newton.Problem(seeds, masses, PixelDensity(values, lo, hi))
+    host = evaluation.Problem(seeds, masses, PixelDensity(values, lo, hi))
     with _driver.quiet_int64():
         out, sol, active = solve_arrays(np, host, tol, max_iter, options=options)
         pixels = _pixel_gradients(np, host, sol, active)

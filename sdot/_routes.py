@@ -9,7 +9,7 @@ import array_api_compat as aac
 import numpy as np
 
 from . import _autodiff, _differentiable, _driver, _jax_host
-from ._core import _compat, newton, plan
+from ._core import _compat, evaluation, plan
 from ._core.density import grid_density
 from ._diagram import PowerDiagram
 from ._host.threads import settings as host_settings
@@ -81,7 +81,7 @@ def _padded(xp, prob, size):
         return None
     pads = xp.broadcast_to(point[None, :], (size - n, d))
     zeros = xp.zeros((size - n,), dtype=prob.masses.dtype, device=dev)
-    return newton.Problem(xp.concat([prob.seeds, pads]), xp.concat([prob.masses, zeros]), prob.density)
+    return evaluation.Problem(xp.concat([prob.seeds, pads]), xp.concat([prob.masses, zeros]), prob.density)
 
 
 def _first_rows(xp, out, n, density):
@@ -96,7 +96,7 @@ def _first_rows(xp, out, n, density):
 
 def _detached(prob):
     """``prob`` with its arrays cut from the autodiff graph."""
-    return newton.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
+    return evaluation.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
                           type(prob.density)(*(_autodiff.detach(a) for a in prob.density)))
 
 
@@ -169,7 +169,7 @@ class _ItemSolves(_autodiff.ItemState):
     def solve(self, seeds, masses, values, lo, hi, total_rho=None):
         """The plan's arrays (:data:`_ITEM_ARRAYS`) of one item (plain tensors), solved and kept."""
         xp = _driver.namespace(seeds)
-        prob = newton.Problem(seeds, masses, grid_density(values, lo, hi))
+        prob = evaluation.Problem(seeds, masses, grid_density(values, lo, hi))
         if total_rho is not None and check_values(xp, prob, total_rho):
             raise NotImplementedError("partial transport (a target heavier than the source) is solved eagerly, "
                                       "not under torch.func transforms yet")
@@ -226,7 +226,7 @@ def solve_per_item(prob, total_rho, tol, max_iter, log, raise_on_failure, option
 
 def lin_problem(lin):
     """The (plain) problem of the linearization ``lin``."""
-    return newton.Problem(lin.seeds, lin.masses, grid_density(lin.values, lin.lo, lin.hi))
+    return evaluation.Problem(lin.seeds, lin.masses, grid_density(lin.values, lin.lo, lin.hi))
 
 
 def _gradients_per_item(solves, inputs, _, needs):
@@ -247,7 +247,7 @@ def _jax_on_host(xp, cut):
     """NumPy views (no copy) of the problem ``cut`` if its arrays are concrete JAX arrays on
     the CPU (eager calls, ``jax.grad`` and ``jax.jvp`` outside ``jit``), else None."""
     views = _driver.host_views(cut.seeds, cut.masses, *cut.density) if aac.is_jax_namespace(xp) else None
-    return None if views is None else newton.Problem(views[0], views[1], type(cut.density)(*views[2:]))
+    return None if views is None else evaluation.Problem(views[0], views[1], type(cut.density)(*views[2:]))
 
 
 def solve_on_host(xp, prob, host, tol, max_iter, log, options):
@@ -274,7 +274,7 @@ def solve_on_host(xp, prob, host, tol, max_iter, log, options):
     distance = _autodiff.attach(to_jax(res["distance"]), inputs, (state, barycenters, potential),
                                 functools.partial(_jax_host._distance_gradients, spec))
     sol = res["solution"]
-    diagram = PowerDiagram._from_solution(newton.Problem(prob.seeds, None, host.density), to_jax(sol.psi),
+    diagram = PowerDiagram._from_solution(evaluation.Problem(prob.seeds, None, host.density), to_jax(sol.psi),
                                           sol.evaluation.cells, sol.evaluation.moments, res["active"])
     arrays = dict(zip(_differentiable.PLAN_OUTPUTS, outputs))
     arrays.update({k: to_jax(res[k]) for k in PLAN_ARRAYS if k not in arrays})

@@ -10,7 +10,7 @@ distributed = pytest.importorskip("distributed")
 
 import sdot                                     # noqa: E402
 import sdot.dask                                # noqa: E402
-from sdot._core import newton                   # noqa: E402
+from sdot._core import evaluation                   # noqa: E402
 from sdot._core.density import grid_density     # noqa: E402
 from sdot._dask import setup                    # noqa: E402
 from sdot._dask.tile_system import cells_of, kept   # noqa: E402
@@ -58,7 +58,7 @@ def test_kept_labels_are_exact(array_kernels):
     rng = np.random.default_rng(0)
     seeds = rng.random((500, 2)) - 0.5
     density = grid_density(np.ones((1, 1)), np.zeros(2), np.ones(2)).normalised(np.full(2, 0.5), 1.0)
-    ev = newton.evaluate(np, newton.Problem(seeds, None, density), 1e-4 * rng.random(500), np.ones(500, bool))
+    ev = evaluation.evaluate(np, evaluation.Problem(seeds, None, density), 1e-4 * rng.random(500), np.ones(500, bool))
     small = kept(ev)
     assert small.cells.labels.dtype == np.int32 and ev.cells.labels.dtype == np.int64
     assert np.array_equal(small.cells.labels, ev.cells.labels)

@@ -279,10 +279,10 @@ def test_jax_under_jit_vmap_and_scan_equals_eager_and_torch():
 def _core_products(xp, x, m, values, lo, hi, t, c):
     """The core's tangents and cotangents (:mod:`sdot._core.sensitivity`) of one solve in ``xp``."""
     from sdot import _differentiable
-    from sdot._core import newton, plan, sensitivity
+    from sdot._core import evaluation, plan, sensitivity
     from sdot._core.density import PixelDensity
 
-    prob = newton.Problem(x, m, PixelDensity(values, lo, hi))
+    prob = evaluation.Problem(x, m, PixelDensity(values, lo, hi))
     res = plan.solve_plan(xp, prob, 1e-13, 100)
     lin = _differentiable.linearization(prob, res)
     rule = _differentiable.PlanRule(("distance", "barycenters", "brenier_potential", "cell_masses", "potential"))

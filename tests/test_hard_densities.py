@@ -76,13 +76,13 @@ def core_solve(backend, points, values, max_iter):
     ``points`` against the pixel ``values`` (of mean 1) on the unit square: ``(converged,
     W2^2, the solver's own weights)``, without the public weights' mean-0 gauge, which
     rounds the others' away next to a far Dirac's."""
-    from sdot._core import newton, plan as core_plan
+    from sdot._core import evaluation, plan as core_plan
     from sdot._core.density import PixelDensity
 
     n = len(points)
     seeds, masses, rho, lo, hi = (backend.asarray(a) for a in (points, np.full(n, 1 / n), values, [0.0, 0.0],
                                                                [1.0, 1.0]))
-    prob = newton.Problem(seeds, masses, PixelDensity(rho, lo, hi))
+    prob = evaluation.Problem(seeds, masses, PixelDensity(rho, lo, hi))
     out = backend.run(lambda p: {k: v for k, v in core_plan.solve_plan(backend.xp, p, 1e-10, max_iter).items()
                                  if k in ("converged", "distance", "solution")}, prob)
     return bool(out["converged"]), float(out["distance"]), backend.to_numpy(out["solution"].psi)

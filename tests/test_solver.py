@@ -207,13 +207,13 @@ def test_stalled_message_gives_the_stall_step_of_the_options():
     from types import SimpleNamespace
 
     from sdot import _diagnosis
-    from sdot._core import newton, options
+    from sdot._core import evaluation, options
     from sdot._core.density import PixelDensity
 
     n = 20
-    prob = newton.Problem(load("points_2d_1000.npy")[:n], np.full(n, 1 / n),
+    prob = evaluation.Problem(load("points_2d_1000.npy")[:n], np.full(n, 1 / n),
                           PixelDensity(np.ones((1, 1)), np.zeros(2), np.ones(2)))
-    stalled = SimpleNamespace(status=np.int64(newton.STALLED), residual=1e-3, iterations=7,
+    stalled = SimpleNamespace(status=np.int64(evaluation.STALLED), residual=1e-3, iterations=7,
                               cell_masses=np.full(n, 1 / n))
     for step in (options.DEFAULT.stall_step, 3e-5):
         used = dataclasses.replace(options.DEFAULT, stall_step=step)
@@ -313,12 +313,12 @@ def test_barycenters_stay_in_the_domain_whatever_the_rounding(dtype):
     """Barycentres are means of points of the domain. A cell of mass 2.9e-8 beside the
     domain's side had its FP32 barycentre at x = -2.5e-5 (its first moment and mass rounded
     apart); moments rounded so far off come back on the domain's side, the others unchanged."""
-    from sdot._core import newton, plan as core_plan
+    from sdot._core import evaluation, plan as core_plan
     from sdot._core.density import PixelDensity
 
     seeds = np.array([[0.001, 0.5], [0.6, 0.5]], dtype=dtype)
     lo, hi = np.zeros(2, dtype=dtype), np.ones(2, dtype=dtype)
-    prob = newton.Problem(seeds, np.array([2.9e-8, 1.0 - 2.9e-8], dtype=dtype), PixelDensity(np.ones((4, 4), dtype), lo, hi))
+    prob = evaluation.Problem(seeds, np.array([2.9e-8, 1.0 - 2.9e-8], dtype=dtype), PixelDensity(np.ones((4, 4), dtype), lo, hi))
     # (mass, first moments about the seed, second moment): the tiny cell's mean 2.6e-5 left of its seed
     mom = np.array([[2.9e-8, -2.9e-8 * 1.026e-3, 0.0, 1e-15], [1.0 - 2.9e-8, -0.1, 0.01, 0.1]], dtype=dtype)
     out = core_plan._plan_arrays(np, prob, mom, np.zeros(2, dtype), np.arange(2), np.ones(2, bool), prob.masses)

@@ -279,11 +279,11 @@ def test_first_trials_in_3d_are_the_backtracking_less_the_sure_rejections(sdot_d
     the same weights, with fewer diagrams."""
     from conftest import solve_with
 
-    from sdot._core import newton, options, spatial
+    from sdot._core import evaluation, newton, options, spatial
 
     sdot_driver.framework = "numpy"
     limits, trials, calls = [], [], []
-    hiding_step, evaluate = spatial.hiding_step, newton.evaluate
+    hiding_step, evaluate = spatial.hiding_step, evaluation.evaluate
     monkeypatch.setattr(newton, "evaluate", lambda *a, **k: calls.append(k.get("trial")) or evaluate(*a, **k))
     c = (np.arange(12) + 0.5) / 12
     x, y, z = np.meshgrid(c, c, c, indexing="ij")

@@ -13,7 +13,7 @@ import pytest
 from conftest import Backend, solve_with
 
 import sdot
-from sdot._core import newton, options, planar
+from sdot._core import evaluation, newton, options, planar, starts
 from sdot._core.planar import integrate
 from sdot._core.density import PixelDensity
 
@@ -30,10 +30,10 @@ def trial_evaluations(backend, psi):
     def run(seeds, psi, lo, hi):
         dev = backend.device
         active = xp.ones((7,), dtype=xp.bool, device=dev)
-        prob = newton.Problem(seeds, None, PixelDensity(xp.ones((1, 1), dtype=seeds.dtype, device=dev), lo, hi))
+        prob = evaluation.Problem(seeds, None, PixelDensity(xp.ones((1, 1), dtype=seeds.dtype, device=dev), lo, hi))
         start = planar.power_cells(xp, seeds, xp.zeros_like(psi), active, lo, hi)
         cap = start.labels.shape[1]
-        return tuple(newton.evaluate(xp, prob, psi, active, capacity=cap, previous=start, trial=trial)
+        return tuple(evaluation.evaluate(xp, prob, psi, active, capacity=cap, previous=start, trial=trial)
                      for trial in (xp.asarray(True, device=dev), None))
     return backend.run(run, *(backend.asarray(a) for a in (HEXAGON, psi, LO, HI)))
 
@@ -79,7 +79,8 @@ def test_abandoned_trials_leave_the_solve_unchanged(eager_backend, n, monkeypatc
     finds: abandoning them changes neither the steps nor the result (bit for bit)."""
     uncapped = dataclasses.replace(options.DEFAULT, hiding_margin=np.inf)
     calls = []
-    evaluate = counted(monkeypatch, calls, newton, "evaluate")
+    evaluate = counted(monkeypatch, calls, newton, "evaluate")      # the steps' diagrams
+    counted(monkeypatch, calls, starts, "evaluate")                 # the start's
     counted(monkeypatch, calls, integrate, "cell_integrals")
     fast = gaussian_plan(eager_backend, n, uncapped)
     if eager_backend.name in ("numpy", "torch"):      # JAX solves under jit: one trace

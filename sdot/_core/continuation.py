@@ -5,7 +5,9 @@ varies by orders of magnitude, the damped Newton method stalls: a cell without m
 no row in the Newton matrix, and a cell of low density next to a dense region is moved
 by its linearisation far into it. The solver then first solves for the density blurred
 to a width ``s`` (positive in the support's box, smooth at the scale ``s``), and narrows ``s``
-stage after stage down to the density itself (:mod:`.newton`).
+stage after stage down to the density itself (:mod:`.newton`). Here too the stages' rules: the
+first width (:func:`first_width`), the next one (:func:`next_ratio`), the targets of a stage
+(:func:`stage_targets`) and the lift of the cells left outside the support (:func:`lifted`).
 
 The blur of a piecewise-constant density is again piecewise constant on the same grid
 (so its integrals stay exact): each pixel's mass is spread by the logistic kernel
@@ -25,6 +27,9 @@ from __future__ import annotations
 import math
 
 import array_api_compat as aac
+
+from . import _compat
+from .evaluation import evaluate, integrals_at, without_integrals, worst_ratio
 
 
 def _softplus(xp, u, s):
@@ -89,3 +94,107 @@ def next_ratio(xp, ratio, worst, now, options):
     room = xp.log(xp.maximum(now, tiny)) - math.log(options.aim * options.admissible)
     guess = 1.0 + xp.maximum(room, 0.0) / slope
     return xp.maximum(xp.minimum(guess, ratio ** 0.9), options.min_ratio)
+
+
+def first_width(xp, prob, cells, active, targets, options):
+    """``(width, evaluation)``: the continuation's first width for the diagram ``cells``, the
+    narrowest of ``options.widest / 4^k`` (of the domain's size) at which every cell holds
+    ``options.admissible`` of its target, and every wider one too (the widest if none),
+    and the evaluation there."""
+    side = xp.max(prob.hi - prob.lo)
+    dev = aac.device(cells.count)
+
+    def narrower(state):            # the widest first, kept whatever; then each narrower one while admissible
+        width, _, ev, k = state
+        trial = xp.where(k == 0, width, width / 4.0)
+        ev_trial = integrals_at(xp, prob, cells, trial)
+        ratio = worst_ratio(xp, ev_trial.moments, targets, active)
+        ok = (k == 0) | ((trial > options.min_width * side) & (ratio >= options.admissible))
+        width, ev = _compat.cond(ok, lambda: (trial, ev_trial), lambda: (width, ev))
+        return width, ok, ev, k + 1
+    # the evaluation rides in the loop: one integration in a traced program
+    start = (options.widest * side, xp.asarray(True, device=dev), without_integrals(xp, cells, prob.seeds.shape[1]),
+             xp.asarray(0, device=dev))
+    width, _, ev, _ = _compat.while_loop(lambda state: state[1], narrower, start)
+    return width, ev
+
+
+@_compat.jit_on_jax("options")
+def stage_targets(xp, targets, active, width, options):
+    """The targets of the stage at ``width`` (of the domain's side): at ``width > 0`` each
+    raised to at least ``options.wide_floor * width^options.floor_power`` times the mean
+    target, then all scaled back to the same total; the targets themselves at width 0.
+
+    Masses over six decades: at every narrowing of the blur the cells of tiny targets
+    (1e-6 of the mean) were crushed by their neighbours' moves, steps damped to 0.02 (265
+    Newton steps on an annulus, stalls on two discs). Raised, they shrink to their targets
+    stage by stage (49 steps; 32 of 32 point sets on two discs and annuli converge, 28
+    without the floor). Equal targets change only by rounding.
+    """
+    count = xp.maximum(xp.sum(xp.astype(active, targets.dtype)), 1.0)
+    level = xp.where(width > 0, options.wide_floor * width ** options.floor_power * xp.sum(targets) / count, 0.0)
+    raised = xp.where(active, xp.maximum(targets, level), 0.0)
+    return raised * (xp.sum(targets) / xp.sum(raised))
+
+
+def lifted(xp, prob, psi, ev, active, targets, options):
+    """``(psi, evaluation)`` with the weights of the cells that hold less than
+    ``options.final_admissible`` of their target raised until they hold it.
+
+    Narrowed to the smallest width, the blur's tail still feeds cells of tiny targets
+    outside the support (masses 1e-8 in the hole of an annulus, a few widths from its
+    edge); against the density itself they hold nothing, their rows of the Newton matrix
+    vanish, and the damping stalled at its floor. In a pass, the raises of those cells
+    grow from ``h^2 / 1000`` (``h`` the mean spacing of the Diracs), doubled while a cell
+    holds less (``G``), then are bisected (a cell that touches the support only at a
+    corner would otherwise hold many times its target). Bisected together, neighbours
+    can take each other's mass: a cell that holds too little at the end is put back to
+    its ``G``, which lowered neighbours only help. A raised cell takes its neighbours'
+    mass, and a neighbour of a tiny target may fall short in turn: up to
+    ``options.lift_passes`` passes, each of at most ``options.lift_rounds`` doublings and
+    ``options.lift_bisections`` bisections. Each round of a pass is one diagram.
+    """
+    n = xp.maximum(xp.sum(xp.astype(active, psi.dtype)), 1.0)
+    power = 2.0 / prob.seeds.shape[1]         # h^2 = (volume / n)^(2/d)
+    first = 1e-3 * xp.prod(prob.hi - prob.lo) ** power / n ** power
+    cap = ev.cells.labels.shape[1]
+    dev = aac.device(psi)
+    yes, zero = xp.asarray(True, device=dev), xp.asarray(0, device=dev)
+
+    def poor_of(ev):
+        return active & (ev.moments[:, 0] < options.final_admissible * targets)
+
+    def one_pass(state):
+        psi, ev, k = state
+        poor = poor_of(ev)
+
+        def holding(step):
+            new = evaluate(xp, prob, psi + step, active, capacity=cap, previous=ev.cells, diagram=options.diagram)
+            return new, ~poor | (new.moments[:, 0] >= options.final_admissible * targets)
+
+        def grow(state):
+            step, _, k = state
+            ok = holding(step)[1]
+            return xp.where(ok, step, 2.0 * step), xp.any(~ok), k + 1
+
+        def bisect(k, state):
+            lo, hi = state
+            mid = 0.5 * (lo + hi)
+            ok = holding(mid)[1]
+            return xp.where(ok, lo, mid), xp.where(ok, mid, hi)
+
+        def restore(state):
+            step, _, k = state
+            ok = holding(step)[1]
+            return xp.where(ok, step, grown), xp.any(~ok), k + 1
+
+        more = lambda state: state[1] & (state[2] < options.lift_rounds)
+        grown = _compat.while_loop(more, grow, (xp.where(poor, first, 0.0), yes, zero))[0]
+        _, step = _compat.fori_loop(0, options.lift_bisections, bisect,
+                                    (xp.where(grown > first, 0.5 * grown, 0.0), grown))
+        step = _compat.while_loop(more, restore, (step, yes, zero))[0]
+        return psi + step, holding(step)[0], k + 1
+
+    psi, ev, _ = _compat.while_loop(lambda state: xp.any(poor_of(state[1])) & (state[2] < options.lift_passes),
+                                    one_pass, (psi, ev, zero))
+    return psi, ev

@@ -27,7 +27,7 @@ exposes what the dimension-free core asks of the cells:
   :mod:`.planar.bernstein_transpose`, :mod:`.planar.bernstein_facets`; 1D: :mod:`.linear.bernstein`;
   3D: :mod:`.spatial.bernstein`);
 - optionally ``solve(xp, prob, active, targets, log=)``: a direct solve that replaces the
-  Newton loop (1D, :mod:`.linear`: the sorted closed form), a :class:`.newton.Solution`
+  Newton loop (1D, :mod:`.linear`: the sorted closed form), a :class:`.evaluation.Solution`
   in the problem's units.
 """
 from __future__ import annotations

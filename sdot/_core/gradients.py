@@ -26,7 +26,7 @@ from . import _compat, geometry
 class GradientState(NamedTuple):
     """What the gradients need from a solve: the ``cells`` and cell ``moments`` at
     the optimum, the centred weights ``psi``, and the duplicate groups (``rep``,
-    ``active``, ``targets`` of :func:`sdot._core.newton.group_duplicates`)."""
+    ``active``, ``targets`` of :func:`sdot._core.evaluation.group_duplicates`)."""
 
     cells: object
     moments: object

@@ -129,13 +129,13 @@ class NewtonOptions:
     tiny_step: float = 1e-3
     tiny_step_forcing: float = 1e-2
     #: The start is the Voronoi diagram if every cell holds this share of its target (the
-    #: damped Newton method copes with it), else see :func:`.newton.initial_weights`.
+    #: damped Newton method copes with it), else see :func:`.starts.initial_weights`.
     start_admissible: float = 1e-2
     #: A width of the continuation is taken when every cell holds this share of its target
     #: against the density blurred to it.
     admissible: float = 0.1
     #: The density itself is taken when every cell holds this share of its target against
-    #: it; at the narrowest width, cells that hold less are lifted (:func:`.newton.lifted`).
+    #: it; at the narrowest width, cells that hold less are lifted (:func:`.continuation.lifted`).
     final_admissible: float = 0.1
     #: The density itself is taken after a narrowing only if, besides, no cell holds more than
     #: this many times its target there: on a density that jumps (a disc of 1 on a background

@@ -23,7 +23,7 @@ import math
 import array_api_compat as aac
 
 from . import _compat, damping, geometry, newton
-from .newton import CONVERGED, MAX_ITERATIONS, STALLED, Evaluation, Solution
+from .evaluation import CONVERGED, MAX_ITERATIONS, STALLED, Evaluation, Solution
 from .newton_matrix import _facet_entries
 from .options import DEFAULT
 from .linear import capped as linear_capped
@@ -140,7 +140,7 @@ def balanced_start(xp, prob, active, targets, options=DEFAULT, max_iter=300):
 
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, options=None):
-    """Damped Newton for partial transport: a :class:`.newton.Solution` (``width`` 0), by the
+    """Damped Newton for partial transport: a :class:`.evaluation.Solution` (``width`` 0), by the
     rules of :mod:`.damping` (the first trial, the backtracking, the damping test, the stall rule
     and the linear solve's forcing; the :class:`.options.NewtonOptions` ``options``) from
     :func:`initial_weights`. No hiding bound: instead the first trial lowers no weight ``psi_i``

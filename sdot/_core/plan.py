@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from . import _compat, geometry, newton
+from . import _compat, evaluation, geometry, newton
 from .gradients import GradientState
 from .options import DEFAULT
 
@@ -26,7 +26,7 @@ def solve_plan(xp, prob, tol, max_iter, log=None, capacity=None, options=DEFAULT
     the :class:`GradientState` ``state`` and ``overflow`` (a cell needed more than
     ``capacity`` vertices, or a solve that did not converge rejected trials whose cells
     did: only under tracing)."""
-    rep, active, targets = newton.group_duplicates(xp, prob.seeds, prob.masses)
+    rep, active, targets = evaluation.group_duplicates(xp, prob.seeds, prob.masses)
     closed_form = getattr(geometry.of_seeds(prob.seeds), "solve", None)
     if closed_form is not None:             # 1D: sorted, in closed form, in the problem's units
         sol = closed_form(xp, prob, active, targets, log=log)
@@ -60,7 +60,7 @@ def _spatial_order(xp, seeds):
 
 
 def _numbered_back(xp, sol, order):
-    """The :class:`.newton.Solution` of the seeds ``seeds[order]`` for the seeds themselves: its
+    """The :class:`.evaluation.Solution` of the seeds ``seeds[order]`` for the seeds themselves: its
     rows in their order, the cells' neighbour labels renamed."""
     n = order.shape[0]
     dev = aac.device(order)
@@ -117,7 +117,7 @@ def _plan_arrays(xp, prob, mom, psi_opt, rep, active, targets):
     count = xp.maximum(xp.sum(xp.astype(active, psi_opt.dtype)), 1.0)
     centred = xp.where(active, psi_opt - xp.sum(xp.where(active, psi_opt, 0.0)) / count, 0.0)
     lives = xp.take(active, rep)
-    diam2 = newton.squared_diameter(xp, seeds, prob.lo, prob.hi)
+    diam2 = evaluation.squared_diameter(xp, seeds, prob.lo, prob.hi)
     psi_min = xp.min(xp.where(active, centred, xp.inf))
     psi = xp.where(lives, xp.take(centred, rep), psi_min - diam2)
     n_lives = xp.maximum(xp.sum(xp.astype(lives, psi.dtype)), 1.0)
@@ -134,23 +134,23 @@ def diagram(xp, seeds, psi, density):
     Of exact duplicates, the one of largest weight keeps the cell (the first
     on ties); the others are empty.
     """
-    _, active, _ = newton.group_duplicates(xp, seeds, xp.ones_like(psi), psi)
-    prob = newton.Problem(seeds, None, density)
-    return grown_until_fits(lambda capacity: newton.evaluate(xp, prob, psi, active, capacity=capacity),
+    _, active, _ = evaluation.group_duplicates(xp, seeds, xp.ones_like(psi), psi)
+    prob = evaluation.Problem(seeds, None, density)
+    return grown_until_fits(lambda capacity: evaluation.evaluate(xp, prob, psi, active, capacity=capacity),
                             lambda ev: xp.any(ev.cells.overflow), seeds.shape[1])
 
 
 def evaluation_at(xp, prob, psi, active):
-    """The :class:`.newton.Evaluation` (cells, moments, facet integrals) of ``prob`` at the
+    """The :class:`.evaluation.Evaluation` (cells, moments, facet integrals) of ``prob`` at the
     weights ``psi`` (in the problem's units) for the ``active`` Diracs, computed as
     :func:`solve_plan` computes its last one: in :func:`normalised` coordinates (in 1D, in
     the problem's), brought back to the problem's units. What a solve's derivatives need,
     rebuilt from its weights without a Newton step."""
     if getattr(geometry.of_seeds(prob.seeds), "solve", None) is not None:
-        return grown_until_fits(lambda capacity: newton.evaluate(xp, prob, psi, active, capacity=capacity),
+        return grown_until_fits(lambda capacity: evaluation.evaluate(xp, prob, psi, active, capacity=capacity),
                                 lambda ev: xp.any(ev.cells.overflow), prob.seeds.shape[1])
     unit, scale = normalised(xp, prob)
-    ev = grown_until_fits(lambda capacity: newton.evaluate(xp, unit, psi / (scale * scale), active,
+    ev = grown_until_fits(lambda capacity: evaluation.evaluate(xp, unit, psi / (scale * scale), active,
                                                            capacity=capacity),
                           lambda ev: xp.any(ev.cells.overflow), prob.seeds.shape[1])
     return _in_units(xp, ev, scale)

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, newton, newton_matrix
+from . import _compat, evaluation, newton_matrix
 from .density import grid_density
 from .gradients import GradientState, gradients
 
@@ -128,8 +128,8 @@ def _solve(xp, lin, rhs, solver, fresh=True):
     """``L x = rhs`` for the Newton matrix ``L`` at the optimum, in the gauge mean(x) = 0 over
     the active cells (``rhs`` centred first): symmetric, its own transpose. ``fresh``: the
     ``solver`` holds nothing of this problem (else its kept factors may precondition)."""
-    prob = newton.Problem(lin.seeds, None, None)
-    ev = newton.Evaluation(lin.cells, lin.moments, lin.facet)
+    prob = evaluation.Problem(lin.seeds, None, None)
+    ev = evaluation.Evaluation(lin.cells, lin.moments, lin.facet)
     reg = REGULARISATION[8 if lin.seeds.dtype == xp.float64 else 4]
     rtol = xp.asarray(1e-13 if lin.seeds.dtype == xp.float64 else 1e-6, dtype=lin.seeds.dtype,
                       device=aac.device(lin.seeds))

@@ -1,4 +1,5 @@
-"""Starting weights that move the Diracs into the support's box (:func:`.newton.initial_weights`).
+"""The start of a solve (:func:`initial_weights`), and the starting weights that move the Diracs into
+the support's box.
 
 Both are weights ``psi_i = |y_i|^2 - 2 w(y_i)`` of a convex ``w``: Dirac ``i``'s cell then
 contains ``z_i = grad w(y_i)`` (for every ``j``, ``w(y_j) >= w(y_i) + z_i . (y_j - y_i)``,
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from . import _compat
+from . import _compat, continuation
+from .evaluation import evaluate, integrals_at, worst_ratio
 
 
 def _inner_box(xp, prob, options):
@@ -83,3 +85,48 @@ def rank_weights(xp, prob, targets, options):
         primitive = xp.concat([-down, zero, xp.cumulative_sum(step[mid:])])
         w = w + xp.take(primitive, back)
     return _compat.dot(y, y) - 2.0 * w
+
+
+def initial_weights(xp, prob, active, targets, options, capacity=None):
+    """The start: ``(psi, evaluation, width)``, the evaluation against the density blurred
+    to ``width`` (0: the density itself).
+
+    The Voronoi diagram (psi = 0) if every cell holds ``options.start_admissible`` of its
+    target; else the best of it and the starts of :mod:`.starts` (the similarity and the
+    ranks, which move the Diracs into the support's box): one that is admissible against
+    the density itself, else the one whose poorest cell holds the largest share against the
+    widest blur (a cell that misses the domain holds nothing; a cluster of Diracs 1e-5
+    wide keeps its cells 1e-10 of their targets under a similarity, a few thousandths
+    under the ranks). Unless that start is admissible, the continuation starts at the
+    narrowest of the widths ``options.widest / 4^k`` (of the domain's size) at which every
+    cell holds ``options.admissible`` of its target, and every wider one too (the widest if none).
+    """
+    zero = xp.zeros(prob.seeds.shape[:1], dtype=prob.seeds.dtype, device=aac.device(prob.seeds))
+    ev = evaluate(xp, prob, zero, active, capacity=capacity, diagram=options.diagram)
+    fair = worst_ratio(xp, ev.moments, targets, active) >= options.start_admissible
+    side = xp.max(prob.hi - prob.lo)
+    widest = options.widest * side
+
+    def score(ev):
+        now = worst_ratio(xp, ev.moments, targets, active)
+        wide = worst_ratio(xp, integrals_at(xp, prob, ev.cells, widest).moments, targets, active)
+        return xp.where(now >= options.start_admissible, 2.0 + now, wide)
+
+    def candidate(k):
+        """The Voronoi start's evaluation (k = 0), or the similarity's (1), or the ranks' (2)."""
+        psi1 = _compat.cond(k == 1, lambda: similarity_weights(xp, prob, options),
+                            lambda: rank_weights(xp, prob, targets, options))
+        return psi1, evaluate(xp, prob, psi1, active, capacity=ev.cells.labels.shape[1], diagram=options.diagram)
+
+    def try_start(k, best):             # a loop, not three calls: one diagram, one score in the traced program
+        psi1, ev1 = _compat.cond(k == 0, lambda: (zero, ev), lambda: candidate(k))
+        s1 = score(ev1)
+        return _compat.cond((k == 0) | (s1 > best[2]), lambda: (psi1, ev1, s1), lambda: best)
+
+    def moved():
+        return _compat.fori_loop(0, 3, try_start, (zero, ev, xp.full_like(side, -xp.inf)))[:2]
+    psi, ev = _compat.cond(fair, lambda: (zero, ev), moved)
+    fair = worst_ratio(xp, ev.moments, targets, active) >= options.start_admissible
+    width, ev = _compat.cond(fair, lambda: (xp.zeros_like(widest), ev),
+                             lambda: continuation.first_width(xp, prob, ev.cells, active, targets, options))
+    return psi, ev, width

@@ -4,7 +4,7 @@ weights and the cells, on one worker.
 The tile *owns* the Diracs of its rectangle (:mod:`.tiling`) and holds a *halo*: the Diracs
 of other tiles within a width ``w0 2^level`` of the rectangle, with their weights (copies, sent by their
 owners). The power diagram of owned and halo Diracs together (the NumPy core,
-:func:`sdot._core.newton.evaluate`) gives the owned cells; they are the true cells when
+:func:`sdot._core.evaluation.evaluate`) gives the owned cells; they are the true cells when
 :func:`.tiling.halo_certified` holds, else the client grows the halo. The owned cells give
 the owned masses, W2^2's share and the owned rows of the Newton matrix
 (:mod:`.tile_system`). Only weights of the halo and scalars leave a tile.
@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from .._core import geometry, newton, newton_matrix
+from .._core import evaluation, geometry, newton_matrix
 from .._host.threads import host_settings
 from . import dimensions, tiling
 from .tile_system import TileSystem, cells_of, kept
@@ -55,7 +55,7 @@ class Tile:
         masses = np.concatenate([p[2] for p in pieces]) if pieces else np.zeros(0)
         n = self.seeds.shape[0]
         if n:
-            _, self.active, self.targets = newton.group_duplicates(np, self.seeds, masses)
+            _, self.active, self.targets = evaluation.group_duplicates(np, self.seeds, masses)
         else:
             self.active, self.targets = np.zeros(0, bool), np.zeros(0)
         levels = max(0, int(np.round(np.log2(max(n, 1) / aggregate_size))))
@@ -155,10 +155,10 @@ class Tile:
         self.trial = None
         if not trial:
             self.ev = None
-        prob = newton.Problem(self.local_seeds, None, self.density)
+        prob = evaluation.Problem(self.local_seeds, None, self.density)
         start = _now()
         with host_settings(threads=self.threads):
-            ev = newton.evaluate(np, prob, psi, self.local_active, capacity=capacity, previous=previous,
+            ev = evaluation.evaluate(np, prob, psi, self.local_active, capacity=capacity, previous=previous,
                                  trial=np.asarray(True) if trial else None, diagram=self.diagram)
         self._spent("trial" if trial else "diagram", start)
         summary = self._summary(ev, psi, tops, boxes)

@@ -1,7 +1,7 @@
 """The 1D transport in closed form: sorted Diracs, cumulative masses, inverse CDF.
 
 On a line the optimal map is monotone: sorted by position, the Diracs of positive mass
-(exact duplicates merged, :func:`..newton.group_duplicates`) take the density's mass in
+(exact duplicates merged, :func:`..evaluation.group_duplicates`) take the density's mass in
 order, so the boundary between consecutive Diracs ``i < j`` is where the density's
 cumulative distribution ``F`` reaches ``C_i``, the masses of the Diracs up to i. ``F`` is
 piecewise linear (the density is constant on each grid segment) and is inverted exactly,
@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat, newton
+from .. import _compat, evaluation
 from . import bernstein, integrate
 from .cells import clamp, intervals, live_order
 
 
 def solve(xp, prob, active, targets, log=None):
-    """The :class:`..newton.Solution` of ``prob`` in closed form, in the problem's units:
+    """The :class:`..evaluation.Solution` of ``prob`` in closed form, in the problem's units:
     the weights ``psi`` (0 on the inactive Diracs), the cells and their moments, the max
     cell-mass error (rounding: the plan is exact), no Newton step."""
     psi, cells = weights_and_cells(xp, prob.seeds, active, targets, prob.density.values, prob.lo, prob.hi)
@@ -39,7 +39,7 @@ def solve(xp, prob, active, targets, log=None):
     steps = xp.asarray(0, dtype=xp.int64, device=dev)
     if log is not None:
         _compat.host_call(log, steps, residual, xp.zeros_like(residual), xp.zeros_like(residual))
-    return newton.Solution(psi, newton.Evaluation(cells, moments, facet), residual, steps, converged, status,
+    return evaluation.Solution(psi, evaluation.Evaluation(cells, moments, facet), residual, steps, converged, status,
                            xp.zeros_like(residual), xp.ones_like(residual), xp.asarray(False, device=dev))
 
 
@@ -48,7 +48,7 @@ def _report(xp, moments, targets, active):
     residual = xp.max(xp.where(active, xp.abs(moments[:, 0] - targets), 0.0))
     converged = xp.isfinite(residual)
     code = lambda c: xp.asarray(c, device=aac.device(residual))      # noqa: E731
-    return residual, converged, xp.where(converged, code(newton.CONVERGED), code(newton.UNSOUND))
+    return residual, converged, xp.where(converged, code(evaluation.CONVERGED), code(evaluation.UNSOUND))
 
 
 @_compat.jit_on_jax()
