@@ -145,32 +145,32 @@ def _distributed(source):
     return SumOfWeightedDiracs(positions, da.from_array(source._weights, chunks=(rows,)), mass=source._mass)
 
 
-def _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orders):
+def _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orders, options=NEWTON_OPTIONS):
     """The plan of one source and one target (``tol`` and ``max_iter`` checked; ``orders``:
-    see :func:`_plan`)."""
+    see :func:`_plan`), solved with the Newton ``options`` (a :class:`._core.options.NewtonOptions`)."""
     spline = target if isinstance(target, SplineGrid) else None     # NumPy's jvp/vjp: its values
     source, target = check_pair(source, target)
     xp, prob, partial = checked_problem(source, target)
     tol = default_tolerance() if tol is None else tol
     if partial:
-        return _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure, source, target)
+        return _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure, source, target, options)
     if _autodiff.transformed(prob.seeds, prob.masses, *prob.density):   # torch.func: per item, checked there
         check_depth(prob, orders)
         return solve_per_item(prob, total_mass(target.astype(prob.seeds.dtype)), tol, max_iter,
-                               _printer(verbose), raise_on_failure, NEWTON_OPTIONS)
-    out, stop = solve(xp, prob, tol, max_iter, _printer(verbose), raise_on_failure, NEWTON_OPTIONS)
+                               _printer(verbose), raise_on_failure, options)
+    out, stop = solve(xp, prob, tol, max_iter, _printer(verbose), raise_on_failure, options)
     if aac.is_numpy_array(out.barycenters):
         out._normalisation = _differentiable.Normalisation(source, target, out._linearization, spline)
     if raise_on_failure and not _driver.is_tracer(out.converged) and not bool(out.converged):
-        raise OtNotConverged(failure(out, stop, tol, max_iter, prob, NEWTON_OPTIONS), out)
+        raise OtNotConverged(failure(out, stop, tol, max_iter, prob, options), out)
     return out
 
 
-def _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure, source, target):
+def _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure, source, target, options):
     """The plan of a partial transport (:mod:`._partial`), refused where not solved yet; on
     NumPy, with the derivatives of its distance (:class:`._partial.DistanceRule`)."""
     with _driver.quiet_int64(), _driver.one_thread(xp):
-        fields, sol, active, host = _partial.plan_of(xp, prob, tol, max_iter, _printer(verbose), NEWTON_OPTIONS)
+        fields, sol, active, host = _partial.plan_of(xp, prob, tol, max_iter, _printer(verbose), options)
     potential = _autodiff.detach(fields["brenier_potential"])
     if sol is None:                         # under jax.jit: the cells are computed when asked
         diagram = PowerDiagram._at_weights(prob.seeds, potential, prob.density)

@@ -10,6 +10,7 @@ import contextlib
 import importlib.util
 import os
 import re
+import numbers
 import sys
 import warnings
 
@@ -18,7 +19,8 @@ import numpy as np
 
 from . import _pytrees
 from ._autodiff import detach
-from ._core._compat import host_view, is_traced, namespace as namespace_of
+from ._core._compat import host_view, is_traced, namespace as namespace_of, namespaces
+from ._host import threads as host_threads
 
 __all__ = ["Driver", "driver", "to_array", "namespace", "compute_dtype",
            "device_of", "is_tracer", "convert_like"]
@@ -103,6 +105,24 @@ def _detect_framework(environ, modules, installed=None):
     return "numpy"
 
 
+def _check_bool(name, value):
+    if not isinstance(value, bool):
+        raise ValueError(f"sdot.driver.{name} must be True or False, got {value!r}")
+    return value
+
+
+def _switch(text):
+    """An on/off environment variable: on unless "0", "false", "no" or "off"."""
+    return text.strip().lower() not in ("0", "false", "no", "off")
+
+
+def _parse_count(text):
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"an integer >= 1, got {text!r}") from None
+
+
 class _Setting:
     """A driver setting, validated by ``check`` on assignment."""
 
@@ -120,8 +140,9 @@ class _Setting:
 
 
 class Driver:
-    """Run-time settings of sdot: ``framework``, ``dtype``, ``device``, and for JAX
-    ``jit_route`` and ``jax_cache``.
+    """Run-time settings of sdot: ``framework``, ``dtype``, ``device``, for JAX ``jit_route``,
+    ``jax_cache`` and ``size_buckets``, and the host's ``host``, ``compiled`` and ``threads``.
+    Every environment variable of sdot is read here, at import.
 
     The single instance is ``sdot.driver``. Every setting is validated on
     assignment and raises ``ValueError`` naming the allowed values.
@@ -168,6 +189,18 @@ class Driver:
         take the route of a GPU on the CPU, array-API code only (under ``jax.jit`` the
         compiled route, whatever ``jit_route``, its program without host callbacks), to test
         or measure that route without a GPU. NumPy arrays always use the host.
+    compiled : bool
+        Whether the host runs its compiled kernels (numba, the ``fast`` extra) where they
+        apply (``$SDOT_COMPILED``, default True); False: the array-API kernels, on NumPy.
+    threads : int
+        Threads of the host's NumPy kernels (``$SDOT_NUM_THREADS``, default the cores, at most 8).
+    direct_namespaces : bool
+        Whether NumPy and torch arrays use sdot's direct calls where array_api_compat's
+        namespaces only add argument handling (``$SDOT_DIRECT_NAMESPACES``, default True; the
+        same results: False to rule them out when chasing a bug).
+
+    ``host``, ``compiled``, ``threads`` and ``direct_namespaces`` are the process's (every
+    solve's, every thread's).
     """
 
     def __init__(self, environ=None):
@@ -185,6 +218,14 @@ class Driver:
                 setattr(self, attr, value)
             except ValueError as err:
                 raise ValueError(f"environment variable {var}: {err}") from None
+        # the host's settings are the process's: set only by a variable that is there
+        for attr, var, parse in (("threads", "SDOT_NUM_THREADS", _parse_count), ("compiled", "SDOT_COMPILED", _switch),
+                                 ("host", "SDOT_HOST", _switch), ("direct_namespaces", "SDOT_DIRECT_NAMESPACES", _switch)):
+            if environ.get(var) is not None:
+                try:
+                    setattr(self, attr, parse(environ[var]))
+                except ValueError as err:
+                    raise ValueError(f"environment variable {var}: {err}") from None
 
     framework = _Setting(_check_framework, "'numpy', 'torch', 'jax' or 'dask': where inputs "
                          "without a framework of their own go.")
@@ -200,17 +241,37 @@ class Driver:
 
     @property
     def host(self):
-        from ._host.threads import settings
-
-        return settings().reachable
+        return host_threads.settings().reachable
 
     @host.setter
     def host(self, value):
-        if not isinstance(value, bool):
-            raise ValueError(f"driver.host must be True or False, got {value!r}")
-        from ._host.threads import configure
+        host_threads.configure(reachable=_check_bool("host", value))
 
-        configure(reachable=value)
+    @property
+    def compiled(self):
+        return host_threads.settings().compiled
+
+    @compiled.setter
+    def compiled(self, value):
+        host_threads.configure(compiled=_check_bool("compiled", value))
+
+    @property
+    def direct_namespaces(self):
+        return namespaces.DIRECT
+
+    @direct_namespaces.setter
+    def direct_namespaces(self, value):
+        namespaces.DIRECT = _check_bool("direct_namespaces", value)
+
+    @property
+    def threads(self):
+        return host_threads.settings().threads
+
+    @threads.setter
+    def threads(self, value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"sdot.driver.threads must be an integer >= 1, got {value!r}")
+        host_threads.configure(threads=int(value))
 
     def __setattr__(self, name, value):
         super().__setattr__(name, value)
@@ -222,7 +283,7 @@ class Driver:
     def __repr__(self):
         return (f"Driver(framework={self.framework!r}, dtype={self.dtype!r}, "
                 f"device={self.device!r}, jit_route={self.jit_route!r}, jax_cache={self.jax_cache!r}, host={self.host!r}, "
-                f"size_buckets={self.size_buckets!r})")
+                f"size_buckets={self.size_buckets!r}, compiled={self.compiled!r}, threads={self.threads!r})")
 
 
 driver = Driver()

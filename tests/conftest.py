@@ -197,14 +197,25 @@ def solve_with(options, source, target, tol, log=None, max_iter=300):
     return _routes.solve(xp, prob, tol, max_iter, log, False, options)[0]
 
 
+def plan_with(options, source, target, tol=None, raise_on_failure=True, max_iter=300):
+    """:func:`sdot.optimal_transport_plan` solved with the Newton ``options`` (a
+    :class:`sdot._core.options.NewtonOptions`): the public route, its exceptions included."""
+    from sdot import _api
+
+    return _api._plan_of_pair(source, target, tol, max_iter, False, raise_on_failure, 1, options=options)
+
+
 @pytest.fixture
 def sdot_driver():
     """``sdot.driver``, with its settings restored after the test."""
     from sdot._driver import driver
 
-    saved = driver.framework, driver.dtype, driver.device, driver.jit_route, driver.host, driver.size_buckets
+    names = ("framework", "dtype", "device", "jit_route", "host", "size_buckets", "compiled", "threads",
+             "direct_namespaces")
+    saved = [getattr(driver, name) for name in names]
     yield driver
-    driver.framework, driver.dtype, driver.device, driver.jit_route, driver.host, driver.size_buckets = saved
+    for name, value in zip(names, saved):
+        setattr(driver, name, value)
 
 
 @pytest.fixture

@@ -229,12 +229,11 @@ def test_previous_and_next_slots_read_cyclically_within_the_count(backend):
 
 
 @pytest.mark.parametrize("framework", ["numpy", "torch"])
-def test_direct_namespaces_change_no_result(sdot_driver, monkeypatch, framework):
+def test_direct_namespaces_change_no_result(sdot_driver, framework):
     """The direct namespaces only skip argument handling: with the switch off
-    (``SDOT_DIRECT_NAMESPACES=0``: array_api_compat's namespaces as they are) a whole solve
-    on a zero background gives the same weights, masses and W2^2, bit for bit."""
+    (``sdot.driver.direct_namespaces = False``: array_api_compat's namespaces as they are) a
+    whole solve on a zero background gives the same weights, masses and W2^2, bit for bit."""
     import sdot
-    from sdot._core._compat import namespaces
 
     pytest.importorskip(framework)
     sdot_driver.framework = framework
@@ -246,7 +245,7 @@ def test_direct_namespaces_change_no_result(sdot_driver, monkeypatch, framework)
         plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(img))
         return [np.asarray(a) for a in (plan.brenier_potential, plan.cell_masses, plan.distance)]
     direct = solve()
-    monkeypatch.setattr(namespaces, "DIRECT", False)
+    sdot_driver.direct_namespaces = False
     assert type(_compat.namespace(np.zeros(2))).__name__ == "module"
     for a, b in zip(direct, solve()):
         np.testing.assert_array_equal(a, b)

@@ -27,10 +27,13 @@ SCRIPTS = {
     # SDOT_* variables are read; torch/jax stay unimported; with the NumPy framework, a measure
     # built once the user has imported jax is a pytree (no import hook, no solve needed).
     "env": ({"SDOT_FRAMEWORK": "numpy", "SDOT_DTYPE": "fp32", "SDOT_DEVICE": "cpu", "SDOT_JIT_ROUTE": "Compiled",
-             "SDOT_JAX_CACHE": "0", "SDOT_HOST": "off",
-             "SDOT_SIZE_BUCKETS": "No"}, """
+             "SDOT_JAX_CACHE": "0", "SDOT_HOST": "off", "SDOT_SIZE_BUCKETS": "No", "SDOT_COMPILED": "0",
+             "SDOT_NUM_THREADS": "3", "SDOT_DIRECT_NAMESPACES": "0"}, """
         import sys, numpy as np, sdot
-        out = dict(driver=repr(sdot.driver),
+        from sdot._host import threads
+        from sdot._core._compat import namespaces
+        out = dict(driver=repr(sdot.driver), host=[threads.settings().threads, threads.settings().compiled,
+                                                   threads.settings().reachable, namespaces.DIRECT],
                    imported=[m for m in ("torch", "jax") if m in sys.modules])
         m = sdot.SumOfDiracs(np.ones((3, 2)))
         out["dtype"] = str(m.positions.dtype)
@@ -97,7 +100,8 @@ def fresh():
 def test_env_variables_and_no_framework_import(fresh):
     out = fresh["env"]
     assert out["driver"] == ("Driver(framework='numpy', dtype='FP32', device='cpu', jit_route='compiled', "
-                             "jax_cache=None, host=False, size_buckets=False)")
+                             "jax_cache=None, host=False, size_buckets=False, compiled=False, threads=3)")
+    assert out["host"] == [3, False, False, False]      # the host's settings, set by the driver
     assert out["imported"] == [] and out["dtype"] == "float32"
     assert out["jit"] == pytest.approx([1 / 3] * 3)  # pytree registered when built with jax imported
     assert out["meta_path"] == []                      # sdot installs no import hook
@@ -148,13 +152,19 @@ def test_settings_from_environment():
     assert Driver({"SDOT_FRAMEWORK": "numpy"}).jit_route == "callback"
     with pytest.raises(ValueError, match="SDOT_JIT_ROUTE.*compiled"):
         Driver({"SDOT_JIT_ROUTE": "traced"})
+    with pytest.raises(ValueError, match="SDOT_NUM_THREADS.*integer >= 1"):
+        Driver({"SDOT_NUM_THREADS": "many"})
+    with pytest.raises(ValueError, match="SDOT_NUM_THREADS.*integer >= 1"):
+        Driver({"SDOT_NUM_THREADS": "0"})
 
 
 @pytest.mark.parametrize("setting, value, allowed", [
     ("framework", "tensorflow", "numpy"), ("framework", None, "torch"),
     ("dtype", "FP16", "FP64"), ("dtype", "float64", "FP32"),
     ("device", "gpu", "cuda:N"), ("device", "cuda:x", "mps"), ("jit_route", "jit", "callback"),
-    ("size_buckets", "sometimes", "True or False"),
+    ("size_buckets", "sometimes", "True or False"), ("host", 1, "True or False"), ("compiled", "no", "True or False"),
+    ("threads", 0, "integer >= 1"), ("threads", 2.0, "integer >= 1"), ("threads", True, "integer >= 1"),
+    ("direct_namespaces", None, "True or False"),
 ])
 def test_invalid_settings(sdot_driver, setting, value, allowed):
     before = getattr(sdot_driver, setting)
@@ -172,6 +182,11 @@ def test_valid_settings(sdot_driver):
         assert sdot_driver.device == dev
     sdot_driver.dtype = "fp32"
     assert sdot_driver.dtype == "FP32"
+    from sdot._host import threads
+
+    sdot_driver.threads, sdot_driver.compiled = 1, False         # the host's settings, for the process
+    assert (threads.settings().threads, threads.settings().compiled) == (1, False)
+    assert (sdot_driver.threads, sdot_driver.compiled) == (1, False)
 
 
 # ------------------------------------------------------------------ rule 1

@@ -350,21 +350,23 @@ def test_clusters_whose_poorest_cell_needs_an_accurate_direction(numpy_driver):
     np.testing.assert_allclose(masses, 1 / 2000, atol=1e-10)
 
 
-def test_a_stall_on_many_separate_pieces_says_so(numpy_driver, monkeypatch):
+def test_a_stall_on_many_separate_pieces_says_so(numpy_driver):
     """A stall (forced: every step counts as one) on a support in separate pieces:
     ``OtNotConverged`` says it stalled and counts the pieces (pixels that share a side
     are one piece, as ``scipy.ndimage.label`` counts them)."""
     import dataclasses
 
+    from conftest import plan_with
     from scipy import ndimage
 
-    import sdot._api as api
-    monkeypatch.setattr(api, "NEWTON_OPTIONS", dataclasses.replace(api.NEWTON_OPTIONS, stall_step=2.0, stalls=1))
+    from sdot._core import options
+
+    stalling = dataclasses.replace(options.DEFAULT, stall_step=2.0, stalls=1)
     points, img = scattered_pixels(1)
     pieces = ndimage.label(img > 0)[1]
     assert pieces > 20
     with pytest.raises(sdot.OtNotConverged, match=f"stalled.*support has {pieces} separate pieces"):
-        sdot.optimal_transport_plan(sdot.SumOfDiracs(points), sdot.Grid(img))
+        plan_with(stalling, sdot.SumOfDiracs(points), sdot.Grid(img))
 
 
 @pytest.mark.parametrize("name", ["numpy", "array_api_strict", "torch", "jax-jit"])   # JAX arrays: the same jitted solve

@@ -316,17 +316,16 @@ def test_reference_box3d_1e3(sdot_driver, name, slabs, monkeypatch):
     from conftest import _activate, solve_with
 
     from sdot._core import options
-    from sdot._host import slabs_3d, threads
+    from sdot._host import slabs_3d
 
     read = []
     chosen = options.DEFAULT
     if slabs:                                   # (the array kernels' route: the compiled one reads no slabs)
-        monkeypatch.setattr(threads, "_settings", [threads.HostSettings(compiled=False)])
+        sdot_driver.compiled, sdot_driver.threads = False, 2         # two slabs
         chosen = dataclasses.replace(chosen, diagram=dataclasses.replace(options.DIAGRAM, slabs_from_3d=100,
                                                                          slab_overlap=1.5))
         original = slabs_3d._slab
         monkeypatch.setattr(slabs_3d, "_slab", lambda *a: read.append(1) or original(*a))
-        monkeypatch.setattr(slabs_3d, "settings", lambda: threads.HostSettings(threads=2))
     backend = _activate(name, sdot_driver)
     pts = np.load(DATA / "points_3d_1000.npy")
     plan = solve_with(chosen, sdot.SumOfDiracs(backend.asarray(pts)), sdot.Grid(backend.asarray(np.ones((1, 1, 1)))),

@@ -14,21 +14,8 @@ HOST_THREAD = ThreadPoolExecutor(1, thread_name_prefix="sdot-host")
 HOST_THREAD.submit(int).result()
 
 
-def _threads_from_environment() -> int:
-    return max(1, int(os.environ.get("SDOT_NUM_THREADS", min(os.cpu_count() or 1, 8))))
-
-
-def _compiled_from_environment() -> bool:
-    return _switch("SDOT_COMPILED")
-
-
-def _host_from_environment() -> bool:
-    return _switch("SDOT_HOST")
-
-
-def _switch(variable) -> bool:
-    """An on/off environment variable, on unless "0", "false", "no" or "off"."""
-    return os.environ.get(variable, "1").strip().lower() not in ("0", "false", "no", "off")
+def _cores() -> int:
+    return min(os.cpu_count() or 1, 8)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,19 +31,19 @@ class HostSettings:
     """
 
     #: Threads running the blocks of NumPy kernels (NumPy releases the GIL in its loops;
-    #: torch runs its own threads): ``SDOT_NUM_THREADS``, default the cores, at most 8.
-    threads: int = dataclasses.field(default_factory=_threads_from_environment)
+    #: torch runs its own threads): ``sdot.driver.threads``, default the cores, at most 8.
+    threads: int = dataclasses.field(default_factory=_cores)
     #: Rows per block of the eager kernels: their temporaries stay in the CPU caches.
     block: int = 16384
     #: Fewest rows per block worth a thread.
     min_block: int = 2048
     #: Whether the compiled host kernels (:mod:`sdot._host.compiled`, numba) run where they
-    #: can: ``SDOT_COMPILED`` (default on; "0" runs the array-API kernels on the host too).
-    compiled: bool = dataclasses.field(default_factory=_compiled_from_environment)
+    #: can: ``sdot.driver.compiled`` (default on; off, the array-API kernels run on the host too).
+    compiled: bool = True
     #: Whether torch and JAX arrays on the CPU reach the host (NumPy views, host callbacks
-    #: under ``jax.jit``, the compiled kernels): ``SDOT_HOST`` (default on). Off, they take
+    #: under ``jax.jit``, the compiled kernels): ``sdot.driver.host`` (default on). Off, they take
     #: the array-API route that a GPU takes, on the CPU (NumPy arrays are the host's own).
-    reachable: bool = dataclasses.field(default_factory=_host_from_environment)
+    reachable: bool = True
     #: Vertex slots of the narrow pass of ``row_blocks.slotwise`` (98% of the cells of uniform
     #: seeds have at most 8 vertices, all but 0.03% at most 10).
     narrow: int = 8
@@ -86,7 +73,11 @@ def host_settings(**changes):
 
 def configure(**changes):
     """The fields ``changes`` of the process's :class:`HostSettings`, for good (at every level
-    of :func:`host_settings` blocks in force): the driver's settings that live here."""
+    of :func:`host_settings` blocks in force): the driver's settings that live here (``threads``,
+    ``compiled``, ``reachable``; the environment is read by the driver). A new thread count
+    makes a new pool of threads."""
+    if "threads" in changes and _pool and changes["threads"] != settings().threads:
+        _pool.pop().shutdown(wait=False)
     _settings[:] = [dataclasses.replace(s, **changes) for s in _settings]
 
 

@@ -9,15 +9,14 @@ methods).
 """
 from __future__ import annotations
 
-import os
-
 import array_api_compat as aac
 import array_api_compat.numpy as aac_numpy
 import numpy as np
 
 #: The one switch: the direct namespaces below, or array_api_compat's as they are
-#: (``SDOT_DIRECT_NAMESPACES=0``, e.g. to rule them out when chasing a bug).
-DIRECT = os.environ.get("SDOT_DIRECT_NAMESPACES", "1") != "0"
+#: (``sdot.driver.direct_namespaces``, ``$SDOT_DIRECT_NAMESPACES``: e.g. to rule them out when
+#: chasing a bug).
+DIRECT = True
 
 
 def namespace(*arrays):

@@ -32,8 +32,8 @@ _warned = []
 
 
 def enabled() -> bool:
-    """Whether the compiled kernels run: numba is installed and ``HostSettings.compiled`` (the
-    environment variable ``SDOT_COMPILED``) is on. Without numba, a :class:`PerformanceWarning`
+    """Whether the compiled kernels run: numba is installed and ``HostSettings.compiled``
+    (``sdot.driver.compiled``, ``$SDOT_COMPILED``) is on. Without numba, a :class:`PerformanceWarning`
     says once how to get them."""
     if not host_threads.settings().compiled:
         return False
