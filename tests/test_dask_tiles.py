@@ -68,17 +68,24 @@ def test_kept_labels_are_exact(array_kernels):
     assert back.vertices is ev.cells.vertices
 
 
-def test_small_tiles_same_answer(monkeypatch):
-    """With tiles of at most 300 Diracs by default (8 tiles for 2000 Diracs on 2 workers),
+def test_default_tile_count_caps_the_tiles():
+    """By default 2 tiles per worker, more where a tile would hold more than ``MAX_TILE``
+    (250,000) Diracs: ``2^depth`` tiles."""
+    assert setup.MAX_TILE == 250_000
+    assert [setup.tile_levels(n, 2) for n in (2000, 1_000_000, 1_000_001, 2_000_001)] == [2, 2, 3, 4]
+    assert setup.tile_levels(2000, 2, tiles_per_worker=4) == 3
+
+
+def test_small_tiles_same_answer():
+    """With 4 tiles per worker (8 tiles of at most 300 Diracs for 2000 Diracs on 2 workers),
     the solve gives the single process's W2^2 and masses."""
-    monkeypatch.setattr(setup, "MAX_TILE", 300)
     saved, sdot.driver.framework = sdot.driver.framework, "numpy"
     try:
         X = np.random.default_rng(5).random((2000, 2))
         grid = sdot.Grid(np.ones((1, 1)))
         with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as cluster, \
                 distributed.Client(cluster) as client:
-            sol = sdot.dask.solve(da.from_array(X, chunks=(500, 2)), grid, client=client, tol=TOL)
+            sol = sdot.dask.solve(da.from_array(X, chunks=(500, 2)), grid, client=client, tol=TOL, tiles_per_worker=4)
             masses = sol.gather()[0]
             counts = [t.sizes().result()[0] for t in sol.tiles]
         plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(X), grid, tol=TOL)

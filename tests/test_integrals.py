@@ -8,6 +8,7 @@ import pytest
 from sdot._core import planar
 from sdot._core.planar import contour, integrate
 from sdot._core.planar.polygons import Cells
+from sdot._host import threads
 
 
 def on_backend(b, cells):
@@ -119,8 +120,8 @@ def test_cells_in_one_pixel_integrated_apart(backend, box, monkeypatch, array_ke
         assert not calls                # with static shapes every cell is walked
     else:
         assert sum(calls) > 500         # about a third of the cells lie in one pixel
-    monkeypatch.setattr(contour, "ONE_PIXEL_FROM", 2.0)
-    walked = integrals(backend, seeds, cells, image, lo, hi)
+    with threads.host_settings(one_pixel_share=2.0):         # never enough cells in one pixel
+        walked = integrals(backend, seeds, cells, image, lo, hi)
     area = np.prod(hi - lo)
     assert fast[0][:, 0].sum() == pytest.approx(image.mean() * area, rel=1e-12)
     for a, b in zip(fast, walked):

@@ -336,11 +336,10 @@ def test_potential_transpose(backend, problem):
         assert abs(np.sum(P_fine * fine) - rhs) <= 1e-12 * np.sum(np.abs(P_fine * fine))
 
 
-def test_slices_chunks_and_blocks(problem, monkeypatch):
+def test_slices_chunks_and_blocks(problem):
     """Eagerly, in slices of 16 pieces, chunks of 50 triangles and blocks of 4 cells (on 2
     threads), the cell and potential integrals are those of one pass, to rounding."""
     from sdot._host import threads
-    from sdot._core.spatial import bernstein, faces
 
     c = problem
 
@@ -351,9 +350,7 @@ def test_slices_chunks_and_blocks(problem, monkeypatch):
         return moments, facet, potential
 
     whole = both()
-    monkeypatch.setattr(faces, "CHUNK", 50)
-    monkeypatch.setattr(bernstein, "PIECES", 16)
-    with threads.host_settings(block=4, min_block=1, threads=2):
+    with threads.host_settings(block=4, min_block=1, threads=2, triangle_chunk=50, piece_slice=16):
         parts = both()
     for name, a, b in zip(("moments", "facets", "potential"), whole, parts):
         close(b, a, 1e-14, f"{name} in slices, chunks and blocks")

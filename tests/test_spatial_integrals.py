@@ -114,7 +114,7 @@ def test_uniform_closed_form_equals_the_voxel_walk(backend, power_cells):
 
 
 @pytest.mark.parametrize("values", ["uniform", "grid"])
-def test_chunks_and_blocks(power_cells, monkeypatch, values):
+def test_chunks_and_blocks(power_cells, values):
     """Eagerly, in chunks of 7 triangles and blocks of 5 cells (on 2 threads), the
     integrals are those of one chunk and one block, to rounding."""
     from conftest import Backend
@@ -126,9 +126,7 @@ def test_chunks_and_blocks(power_cells, monkeypatch, values):
     args = (b, c["seeds"], c["tri"], c["slot"], c["valid"], c["F"], grid)
     whole = cell_integrals(*args)
     gradient = potential_integrals(b, c["seeds"], c["tri"], c["valid"], c["psi"], SHAPE)
-    monkeypatch.setattr(integrate, "CHUNK", 7)
-    monkeypatch.setattr(integrate, "UNIFORM_CHUNK", 7)
-    with threads.host_settings(block=5, min_block=1, threads=2):
+    with threads.host_settings(block=5, min_block=1, threads=2, triangle_chunk=7, uniform_triangle_chunk=7):
         parts = cell_integrals(*args)
         gradient_parts = potential_integrals(b, c["seeds"], c["tri"], c["valid"], c["psi"], SHAPE)
     for a, p in zip(whole, parts):

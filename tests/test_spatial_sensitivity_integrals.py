@@ -247,7 +247,7 @@ def test_far_box(backend, shape):
 
 
 @pytest.mark.parametrize("grid", ["voxels", "uniform"])
-def test_chunks_and_blocks(problem, monkeypatch, grid):
+def test_chunks_and_blocks(problem, grid):
     """Eagerly, in chunks of 7 triangles and blocks of 4 cells (on 2 threads), the integrals
     are those of one chunk and one block, to rounding."""
     from conftest import Backend
@@ -263,9 +263,7 @@ def test_chunks_and_blocks(problem, monkeypatch, grid):
                 + (run(b, "polynomial", c["seeds"], c["cells"], coef, SHAPE),))
 
     whole = everything()
-    monkeypatch.setattr(faces, "CHUNK", 7)
-    monkeypatch.setattr(faces, "UNIFORM_CHUNK", 7)
-    with threads.host_settings(block=4, min_block=1, threads=2):
+    with threads.host_settings(block=4, min_block=1, threads=2, triangle_chunk=7, uniform_triangle_chunk=7):
         parts = everything()
     for name, a, p in zip(("f0", "f1", "f2", "axes", "polynomial"), whole, parts):
         close(p, a, 1e-14, f"{name} in chunks and blocks")

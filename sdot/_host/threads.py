@@ -20,7 +20,7 @@ def _cores() -> int:
 
 @dataclasses.dataclass(frozen=True)
 class HostSettings:
-    """How the eager NumPy and torch kernels run: in blocks of rows, on threads.
+    """How the eager NumPy and torch kernels run: in blocks of rows, on threads, in chunks.
 
     Settings of the process, not options of a solve: every kernel of the core runs through
     ``row_blocks.blockwise`` or ``row_blocks.slotwise``, and each gives the same result whatever the
@@ -47,6 +47,21 @@ class HostSettings:
     #: Vertex slots of the narrow pass of ``row_blocks.slotwise`` (98% of the cells of uniform
     #: seeds have at most 8 vertices, all but 0.03% at most 10).
     narrow: int = 8
+    #: Triangles per chunk of the eager 3D integrals over voxels (the temporaries of a chunk's
+    #: pieces stay in the CPU caches; NumPy, one thread, 4e4 of 1e5 Voronoi cells on a 32^3
+    #: grid: chunks of 4096 triangles 2.3 s, 8192 1.9 s, 16384 1.7 s; a block of 1e4 cells at
+    #: once, 5e5 triangles and 4e6 pieces, 3-5x slower than in chunks).
+    triangle_chunk: int = 16384
+    #: Triangles per chunk of the closed forms on a (1, 1, 1) grid (no pieces; 1e5 cells: 0.65 s
+    #: in chunks of 4096, 0.47 s of 16384, 0.41 s of 65536, 0.68 s of 262144).
+    uniform_triangle_chunk: int = 65536
+    #: Pieces per slice of the eager 3D Bernstein kernels.
+    piece_slice: int = 8192
+    #: The eager 2D integrals over pixels look for cells in one pixel from this many cells per
+    #: pixel (at 2.4, 1e4 cells on 64x64 pixels, 6% of them lie in one; at 7.3, 29%; at 24,
+    #: 55%), and integrate them apart (in closed form) when they are this share of the cells.
+    cells_per_pixel: float = 4.0
+    one_pixel_share: float = 0.2
 
 
 _settings = [HostSettings()]

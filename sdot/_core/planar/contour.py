@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
+from ..._host import threads as host_threads
 from .. import _compat, row_blocks
 from ..moments import about_seeds
 from .polygons import FAR, gather
@@ -297,11 +298,12 @@ def _pixel_integrals(xp, seeds, vertices, count, density, lo, hi):
                                          s, v, c)
         return xp.concat([split[:, :3], split[:, 3:4] + split[:, 4:]], axis=1), facet
 
-    if _compat.static_shapes(seeds, vertices, count) or seeds.shape[0] < CELLS_PER_PIXEL * math.prod(density.shape):
+    chosen = host_threads.settings()            # cells_per_pixel, one_pixel_share
+    if _compat.static_shapes(seeds, vertices, count) or seeds.shape[0] < chosen.cells_per_pixel * math.prod(density.shape):
         return walk(seeds, vertices, count)
     pixel = _pixel_of_cells(xp, seeds, vertices, count, lo, hi, density.shape)
     one = xp.nonzero(pixel >= 0)[0]
-    if one.shape[0] < ONE_PIXEL_FROM * seeds.shape[0]:
+    if one.shape[0] < chosen.one_pixel_share * seeds.shape[0]:
         return walk(seeds, vertices, count)
     rest = xp.nonzero(pixel < 0)[0]
     values = xp.take(xp.reshape(density, (-1,)), xp.take(pixel, one))
@@ -315,13 +317,6 @@ def _pixel_integrals(xp, seeds, vertices, count, density, lo, hi):
         m_rest, f_rest = walk(xp.take(seeds, rest, axis=0), xp.take(vertices, rest, axis=0), xp.take(count, rest))
         moments, facet = _compat.put_rows(xp, moments, rest, m_rest), _compat.put_rows(xp, facet, rest, f_rest)
     return moments, facet
-
-
-#: :func:`_pixel_integrals` looks for cells in one pixel from this many cells per pixel (at
-#: 2.4, 1e4 cells on 64x64 pixels, 6% of them lie in one; at 7.3, 29%; at 24, 55%), and
-#: integrates them apart when they are this share of the cells.
-CELLS_PER_PIXEL = 4.0
-ONE_PIXEL_FROM = 0.2
 
 
 def _pixel_of_cells(xp, seeds, vertices, count, lo, hi, shape):

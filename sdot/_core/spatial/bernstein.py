@@ -21,13 +21,14 @@ gradient of W2^2 with respect to the coefficients) is the transpose of the linea
 voxels through the base column's primitive, the tables through their prefix sums.
 
 Eagerly, the pieces of each chunk of :mod:`.faces` are integrated in slices of
-:data:`PIECES`, their per-point arrays laid out pieces last (:class:`.bernstein_pieces.Layout`);
+:class:`sdot._host.threads.HostSettings` ``piece_slice``, their per-point arrays laid out pieces last (:class:`.bernstein_pieces.Layout`);
 under static shapes, the fans of :func:`.faces._static_pieces`, pieces first.
 """
 from __future__ import annotations
 
 import array_api_compat as aac
 
+from ..._host import threads as host_threads
 from .. import _compat, row_blocks
 from ..moments import about_seeds
 from . import faces
@@ -145,16 +146,13 @@ def _scatter_rows(xp, values, ids, n: int):
 #: The layouts of the eager kernels (pieces last) and of the static pieces (pieces first).
 EAGER, STATIC = Layout(first=False), Layout(first=True)
 
-#: Pieces per slice of the eager kernels (the temporaries of a slice stay in the CPU caches).
-PIECES = 8192
-
-
 def _sliced(xp, fn, X, index):
-    """``fn(X, index)`` on slices of at most :data:`PIECES` pieces (``X`` (9, Q) the pieces'
-    triangles, ``index`` their cells and voxels, 4 arrays (Q,)), its results (lists of arrays
-    with the pieces first) concatenated."""
-    total = index[0].shape[0]
-    bounds = [(s, min(s + PIECES, total)) for s in range(0, total, PIECES)]
+    """``fn(X, index)`` on slices of at most the host settings' ``piece_slice`` pieces (``X``
+    (9, Q) the pieces' triangles, ``index`` their cells and voxels, 4 arrays (Q,)), its results
+    (lists of arrays with the pieces first) concatenated: the temporaries of a slice stay in
+    the CPU caches."""
+    total, size = index[0].shape[0], host_threads.settings().piece_slice
+    bounds = [(s, min(s + size, total)) for s in range(0, total, size)]
     parts = [fn([X[r, s:e] for r in range(9)], [a[s:e] for a in index]) for s, e in bounds]
     return [xp.concat(p, axis=0) for p in zip(*parts)]
 

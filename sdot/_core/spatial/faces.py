@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
+from ..._host import threads as host_threads
 from .. import _compat, moments, row_blocks
 from ..moments import about_seeds
 
@@ -384,25 +385,17 @@ def _split_axis(xp, grid, X, key, s, axis, bits):
     return xp.concat(out_X, axis=1), xp.concat(out_key)
 
 
-#: Triangles per chunk of the eager kernels: the temporaries of a chunk's pieces stay in
-#: the CPU caches (measured on NumPy, one thread, 4e4 of 1e5 Voronoi cells on a 32^3 grid:
-#: chunks of 4096 triangles 2.3 s, 8192 1.9 s, 16384 1.7 s; a block of 1e4 cells at once,
-#: 5e5 triangles and 4e6 pieces, 3-5x slower than in chunks).
-CHUNK = 16384
-
-#: Triangles per chunk of the closed forms on a (1, 1, 1) grid (no pieces; measured, 1e5
-#: cells: 0.65 s in chunks of 4096, 0.47 s of 16384, 0.41 s of 65536, 0.68 s of 262144).
-UNIFORM_CHUNK = 65536
-
-
-def _eager_triangles(xp, triangles, valid, origin=None, chunk=None):
+def _eager_triangles(xp, triangles, valid, origin=None, uniform=False):
     """Chunk after chunk of the valid triangles: ``X`` (9, C) relative to the seeds, or to
     the cells' ``origin`` (n, 3) relative to the seeds if given (rows: the coordinates of
-    the corners), ``index`` (C,) their flat index into ``(n, T)``."""
+    the corners), ``index`` (C,) their flat index into ``(n, T)``. Chunks of the host
+    settings' ``triangle_chunk`` triangles (``uniform_triangle_chunk`` for the closed forms on
+    a (1, 1, 1) grid, ``uniform``)."""
     n, T = valid.shape
     keep = xp.nonzero(xp.reshape(valid, (-1,)))[0]
     flat = xp.reshape(triangles, (n * T, 9))
-    total, size = keep.shape[0], chunk or CHUNK
+    chosen = host_threads.settings()
+    total, size = keep.shape[0], chosen.uniform_triangle_chunk if uniform else chosen.triangle_chunk
     for start in range(0, total, size):
         index = keep[start:min(start + size, total)]
         rows = xp.take(flat, index, axis=0)
@@ -688,7 +681,7 @@ def _uniform_integrals(xp, triangles, slot, valid, F, values):
         return c * moments, c * xp.reshape(facet, (n, F))
     moments = [xp.zeros((n,), dtype=dtype, device=dev) for _ in range(5)]
     facet = xp.zeros((n * F,), dtype=dtype, device=dev)
-    for X, index in _eager_triangles(xp, triangles, valid, chunk=UNIFORM_CHUNK):
+    for X, index in _eager_triangles(xp, triangles, valid, uniform=True):
         terms = tetrahedra(xp, _rows(X))
         cell = index // T
         moments = [m + _compat.segment_sum(xp, t, cell, n) for m, t in zip(moments, terms)]

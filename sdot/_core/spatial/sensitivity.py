@@ -189,7 +189,7 @@ def _uniform_facets(xp, origin, triangles, slot, valid, F, values):
         acc = [_compat.segment_sum(xp, t, cells_slots, n * F) for t in terms]
     else:
         acc = [xp.zeros((n * F,), dtype=triangles.dtype, device=aac.device(triangles)) for _ in range(10)]
-        for X, index in faces._eager_triangles(xp, triangles, valid, origin, chunk=faces.UNIFORM_CHUNK):
+        for X, index in faces._eager_triangles(xp, triangles, valid, origin, uniform=True):
             terms = _facet_terms(xp, faces._rows(X), c)
             at = xp.take(cells_slots, index)
             acc = [a + _compat.segment_sum(xp, t, at, n * F) for a, t in zip(acc, terms)]
@@ -245,6 +245,6 @@ def _uniform_axes(xp, origin, triangles, valid, values):
         acc = [xp.sum(xp.reshape(t, (n, T)), axis=1) for t in terms([flat[:, r] for r in range(9)])]
     else:
         acc = [xp.zeros((n,), dtype=triangles.dtype, device=aac.device(triangles)) for _ in range(7)]
-        for X, index in faces._eager_triangles(xp, triangles, valid, origin, chunk=faces.UNIFORM_CHUNK):
+        for X, index in faces._eager_triangles(xp, triangles, valid, origin, uniform=True):
             acc = [a + _compat.segment_sum(xp, t, index // T, n) for a, t in zip(acc, terms(faces._rows(X)))]
     return c * xp.stack(acc, axis=1)
