@@ -7,7 +7,10 @@ paths, without compiling), "strict-device1" (array_api_strict on its non-default
 sizes), "torch", "jax" and "jax-jit" (JAX under ``jax.jit``, solves on the compiled route:
 ``sdot.driver.jit_route = "compiled"``). The environment variable
 ``SDOT_TEST_BACKENDS`` (comma-separated) selects a subset, e.g.
-``SDOT_TEST_BACKENDS=numpy,torch pytest``.
+``SDOT_TEST_BACKENDS=numpy,torch pytest``; it also skips the cases of a test's own list of
+backends (a parameter such as ``name``) that it does not select. A test that does not apply to
+some backends says so with ``@pytest.mark.skip_backends(*names, reason=...)`` or
+``@pytest.mark.only_backends(*names, reason=...)`` (as array-api-extra's ``skip_xp_backend``).
 """
 from __future__ import annotations
 
@@ -387,17 +390,22 @@ def pytest_collection_modifyitems(config, items):
     :data:`QUICK_BACKENDS` ``slow``; skip the tests of :data:`SKIPPED_ON` and the repeated cases of
     :data:`FIRST_CASE_ONLY`."""
     repeated = pytest.mark.skip(reason="one case per test on this backend, see conftest.FIRST_CASE_ONLY")
+    unselected = pytest.mark.skip(reason="a backend that SDOT_TEST_BACKENDS does not select")
     seen = set()
     for item in items:
         name = item.nodeid.split("/")[-1]
         callspec = getattr(item, "callspec", None)
         on = None if callspec is None else callspec.params.get("backend", callspec.params.get("eager_backend"))
+        params = () if callspec is None else callspec.params.values()
         reasons = [reason for prefixes, reason in SKIPPED_ON.get(on, ()) if name.startswith(prefixes)]
-        if reasons:
+        reasons += [m.kwargs["reason"] for m in item.iter_markers("skip_backends") if on in m.args]
+        reasons += [m.kwargs["reason"] for m in item.iter_markers("only_backends") if on not in m.args]
+        if any(isinstance(p, str) and p in ALL_BACKENDS and p not in BACKENDS for p in params):
+            item.add_marker(unselected)         # the test's own list of backends (a parameter) too
+        elif reasons:
             item.add_marker(pytest.mark.skip(reason=reasons[0]))
         elif on in FIRST_CASE_ONLY and _first_case_only(on, name, seen):
             item.add_marker(repeated)
-        params = () if callspec is None else callspec.params.values()
         elsewhere = any(isinstance(p, str) and p in ALL_BACKENDS and p not in QUICK_BACKENDS for p in params)
         if elsewhere or name.startswith(SLOW_TESTS + SLOW_MODULES) or "jax" in item.name or "jit" in item.name:
             item.add_marker(pytest.mark.slow)

@@ -11,7 +11,6 @@ transposition identity between the two modes; torch's gradcheck; torch == JAX.
 """
 from __future__ import annotations
 
-from math import comb
 
 import array_api_compat.numpy as npx
 import numpy as np
@@ -304,14 +303,14 @@ def test_jax_grad_of_the_barycenters_eager_and_jit_equals_torch(sdot_driver):
             np.testing.assert_allclose(np.asarray(g), w, rtol=0, atol=1e-10)
 
 
+@pytest.mark.only_backends("strict-static", "jax-jit",
+                           reason="eager: the code of test_equal_coefficients_...[3] in another namespace")
 def test_3d_kernels_on_every_backend(backend):
     """The 3D facet moments and axis second moments of a degree-1 density (a zero voxel) in the
     backend's namespace (the static pieces under array_api_strict without data-dependent shapes
     and under ``jax.jit``) equal NumPy's, checked above against the constant voxels and degree
     elevation, and through the plan's finite differences. (The eager backends run the kernels of
     the NumPy route: only the traced routes are new here; JAX compiles each kernel once.)"""
-    if backend.name not in ("strict-static", "jax-jit"):
-        pytest.skip("eager: the code of test_equal_coefficients_...[3] in another namespace")
     rng = np.random.default_rng(11)
     lo, hi = np.array([-0.5, 0.0, 0.2]), np.array([1.0, 1.2, 1.0])
     seeds = lo + (hi - lo) * rng.random((6, 3))

@@ -279,7 +279,7 @@ def test_jax_under_jit_vmap_and_scan_equals_eager_and_torch():
 def _core_products(xp, x, m, values, lo, hi, t, c):
     """The core's tangents and cotangents (:mod:`sdot._core.sensitivity`) of one solve in ``xp``."""
     from sdot import _differentiable
-    from sdot._core import evaluation, plan, sensitivity
+    from sdot._core import evaluation, plan
     from sdot._core.density import PixelDensity
 
     prob = evaluation.Problem(x, m, PixelDensity(values, lo, hi))
@@ -290,15 +290,14 @@ def _core_products(xp, x, m, values, lo, hi, t, c):
 
 
 @pytest.mark.parametrize("dim", [2, 3])
+@pytest.mark.skip_backends("jax-jit", reason="compiled: test_jax_under_jit_vmap_and_scan_equals_eager_and_torch")
+@pytest.mark.skip_backends("jax", reason="eager JAX solves on the host's NumPy core and compiles each operation here "
+                           "(40 s): JAX runs these products under jit in test_jax_jit_host.py::test_the_callback_and_"
+                           "the_compiled_route_agree (2D) and test_bernstein_plan_derivatives.py::test_3d_kernels_on_"
+                           "every_backend (3D)")
 def test_core_products_on_every_backend(backend, dim):
     """The tangent map and its transpose in the backend's namespace (array_api_strict with and
     without data-dependent shapes, torch) equal NumPy's."""
-    if backend.name == "jax-jit":
-        pytest.skip("compiled: test_jax_under_jit_vmap_and_scan_equals_eager_and_torch")
-    if backend.name == "jax":
-        pytest.skip("eager JAX solves on the host's NumPy core and compiles each operation here (40 s): JAX "
-                    "runs these products under jit in test_jax_jit_host.py::test_the_callback_and_the_compiled_"
-                    "route_agree (2D) and test_bernstein_plan_derivatives.py::test_3d_kernels_on_every_backend (3D)")
     x, w, values, (lo, hi) = problem(dim, n=8)
     m = w / w.sum()
     values = values / (values.sum() * np.prod((hi - lo) / values.shape))

@@ -240,6 +240,8 @@ def _hiding_step(backend, seeds, psi, d):
     return float(backend.to_numpy(backend.run(run, *(backend.asarray(a) for a in (seeds, psi, d) + box))))
 
 
+@pytest.mark.skip_backends("jax", reason="JAX runs the traced kernel in jax-jit (eagerly, its 3D cells compile for "
+                           "17 s)")
 def test_hiding_step_is_where_a_seed_is_certainly_hidden(backend):
     """The seed at the centre of a regular tetrahedron of radius r is hidden exactly when
     its weight is r^2 below theirs: from equal weights along ``d`` that is ``t = r^2 / (d_k -
@@ -247,8 +249,6 @@ def test_hiding_step_is_where_a_seed_is_certainly_hidden(backend):
     beyond it, not just before. Among random seeds from their Voronoi cells along a random
     direction, some cell is empty just after the step found (a certificate) and none at 0.
     (JAX runs it under jit: its eager 3D cells compile kernel by kernel, 17 s.)"""
-    if backend.name == "jax":
-        pytest.skip("JAX runs the traced kernel in jax-jit (eagerly, its 3D cells compile for 17 s)")
     r = 0.3
     apexes = np.array([[1, 1, 1], [1, -1, -1], [-1, 1, -1], [-1, -1, 1]]) / np.sqrt(3.0)
     seeds = 0.5 + np.concatenate([np.zeros((1, 3)), r * apexes])

@@ -55,11 +55,9 @@ def close(actual, expected, rtol, what):
     assert err <= rtol, f"{what}: relative error {err:.2e} > {rtol:.0e}"
 
 
-def skip_slow(backend):
-    """Eager JAX runs the kernels jitted (as jax-jit, compiled again); strict-device1 is
-    array_api_strict again."""
-    if backend.name in ("jax", "strict-device1"):
-        pytest.skip("the same kernels as jax-jit / array_api_strict")
+#: Eager JAX runs the kernels jitted (as jax-jit, compiled again); strict-device1 is
+#: array_api_strict again.
+SKIP_SLOW = pytest.mark.skip_backends("jax", "strict-device1", reason="the same kernels as jax-jit / array_api_strict")
 
 
 # ----------------------------------------------------------------------------- Bernstein, by hand
@@ -226,11 +224,11 @@ STATIC_DEGREE = 1
 # ----------------------------------------------------------------------------- tests
 
 @pytest.mark.parametrize("p", [0, 1, 2])
+@SKIP_SLOW
 def test_constant_polynomials(backend, problem, p):
     """A constant polynomial per voxel (``values`` repeated: every coefficient equal) gives the
     integrals of the piecewise-constant path (NumPy's), to 1e-13; and the potential integrals
     summed over the basis (the Bernstein basis sums to 1) its potential integrals."""
-    skip_slow(backend)
     if backend.name == "strict-static" or (backend.static and p != STATIC_DEGREE):
         pytest.skip("the static pieces: one degree under jax.jit (one compile), test_random_density")
     c = problem
@@ -248,11 +246,11 @@ def test_constant_polynomials(backend, problem, p):
         close(potential.sum(-1), constant, 1e-13, "potential integrals")
 
 
+@SKIP_SLOW
 def test_random_density(backend, problem):
     """A random density of degree 2 (1 on the static pieces): the cells' moments are the
     clipped pieces' (scipy, exact tetrahedral Gauss rule) to 1e-12, the facet integrals the
     clipped facet polygons' to 1e-12 (box sides included, unused slots zero)."""
-    skip_slow(backend)
     c = problem
     suffix = "_1" if backend.static else ""
     moments, facet = run(backend, "cells", c["seeds"], c["cells"], c["coefficients" + suffix])
@@ -317,11 +315,11 @@ def test_facets_are_mass_derivatives(problem):
         close(derivative[j], -matrix[others, j].sum(), 1e-6, f"diagonal {j}")
 
 
+@SKIP_SLOW
 def test_potential_transpose(backend, problem):
     """``<potential_integrals(psi), coefficients> = sum_i (M_2,i - psi_i mass_i)`` for random
     coefficients (of either sign; degree 2, 1 on the static pieces), to 1e-12, the moments
     NumPy's; and on the grid refined by de Casteljau (whole columns crossed)."""
-    skip_slow(backend)
     c = problem
     rng = np.random.default_rng(3)
     coefficients = rng.standard_normal(SHAPE + ((STATIC_DEGREE + 1) ** 3 if backend.static else 27,))

@@ -134,11 +134,10 @@ def test_chunks_and_blocks(power_cells, values):
     close(gradient_parts, gradient, 1e-13, "potential integrals in chunks and blocks")
 
 
+@pytest.mark.skip_backends("jax", "jax-jit", reason="the static path is exercised by strict-static")
 def test_no_cells_and_empty_cells(backend):
     """No cells at all, and cells with no valid triangle: zero integrals (eager and static
     paths; JAX runs the static path, as strict-static)."""
-    if backend.name.startswith("jax"):
-        pytest.skip("the static path is exercised by strict-static")
     tri = np.zeros((2, 12, 3, 3))
     for values in (np.ones((1, 1, 1)), np.ones(SHAPE)):
         for n in (0, 2):
@@ -306,11 +305,11 @@ def test_cell_far_from_its_seed_on_a_grid(backend, boxes, box_results):
     np.testing.assert_allclose(facet[k], boxes["facets"][k], rtol=1e-9)
 
 
+@pytest.mark.skip_backends("jax", "jax-jit", reason="JAX runs the static path of strict-static (compiling costs 2 s); "
+                           "jax and jit: the power cells")
 def test_box_potential_integrals(backend, boxes):
     """Per voxel ``int phi`` over the boxes (they overlap: the sum of each one's; the far one
     left out, as an invalid cell), against the closed forms."""
-    if backend.name.startswith("jax"):
-        pytest.skip("JAX runs the static path of strict-static (compiling costs 2 s); jax and jit: the power cells")
     psi = np.linspace(-0.1, 0.2, len(BOXES))
     keep = np.array([name != "far seed" for name in boxes["names"]])
     valid = boxes["valid"] & keep[:, None]

@@ -211,14 +211,14 @@ def exact_box_faces(p, q, seed, c):
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (4, 4, 4)], ids=["closed-form", "voxel-walk"])
+@pytest.mark.skip_backends("jax", "jax-jit", reason="the static path is exercised by strict-static; jax and jit: "
+                           "the power cells")
 def test_far_box(backend, shape):
     """A box cell whose seed is at (1e6, -2e6, 3e6), density 1.5 (uniform, and a constant
     4 x 4 x 4 grid): its facet moments and axis second moments about the seed (terms of 1e13
     cancel about the seed) are those of the box its rounded corners describe, to 1e-12; the
     polynomial integrals sum to ``sum(coef * moments)``. Not on JAX: the static kernels of
     strict-static, compiled again for this shape (5 s)."""
-    if backend.name.startswith("jax"):
-        pytest.skip("the static path is exercised by strict-static; jax and jit: the power cells")
     p, q, s = FAR_BOX
     tri, slot = sc.box_triangles(p, q, s)
     seeds, tri, slot, valid = s[None, :], tri[None], slot[None], np.ones((1, 12), bool)

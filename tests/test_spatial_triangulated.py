@@ -26,11 +26,11 @@ def _cells(backend, seeds, psi, lo, hi):
 
 
 @pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.only_backends("numpy", "torch", reason="eagerly on the host; JAX's eager run is the same path (its "
+                           "compiles cost seconds)")
 def test_triangulated_cells_match_qhull(backend, weighted):
     """Volumes, first moments and facet areas of 100 cells (weights that empty some) against
     scipy, cell by cell; most cells are read off the triangulation (not clipped)."""
-    if backend.name not in ("numpy", "torch"):
-        pytest.skip("eagerly on the host; JAX's eager run is the same path (its compiles cost seconds)")
     from sdot._host import cells_3d
 
     rng = np.random.default_rng(7)

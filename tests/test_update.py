@@ -293,14 +293,13 @@ def hiding_step_at(backend, seeds, psi, d, previous):
     return float(backend.to_numpy(backend.run(run, *args, previous)))
 
 
+@pytest.mark.skip_backends("jax", reason="JAX runs the traced kernel in jax-jit (eagerly, its cells compile for 13 s)")
 def test_hiding_step_is_where_a_seed_is_certainly_hidden(backend):
     """The seed inside a hexagon of radius r is hidden exactly when its weight is
     r^2 below theirs (its lifted point above the hexagon's plane): from equal weights
     along ``d`` that is ``t = r^2 / (d_k - d_0)`` (``inf`` if the seed only grows).
     Among random seeds from their Voronoi cells along a random direction, some cell is
     empty just after the step found: it is a certificate."""
-    if backend.name == "jax":
-        pytest.skip("JAX runs the traced kernel in jax-jit (eagerly, its cells compile for 13 s)")
     angles = np.pi / 3 * np.arange(6) + 0.1
     seeds = np.concatenate([[[0.5, 0.5]], 0.5 + 0.3 * np.stack([np.cos(angles), np.sin(angles)], 1)])
     start = cells_at(backend, seeds, np.zeros(7))
