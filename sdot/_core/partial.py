@@ -6,10 +6,10 @@ weights solve ``G(psi) = m`` with ``G_i`` the mass of ``C_i`` (they maximise the
 ``sum_i m_i psi_i + int min(min_i |x - y_i|^2 - psi_i, 0) rho``; no gauge: the balls fix them).
 The Jacobian is the weighted Laplacian of :mod:`.newton_matrix` (its facets cut by the balls)
 plus the diagonal ``A_ii = (int of rho along the arcs of C_i) / (2 sqrt(psi_i))``: symmetric
-and positive definite where each group of neighbouring cells has an arc. The steps are damped as in
-:mod:`.newton` (Kitagawa, Merigot and Thibert): every cell keeps at least half the smallest of
-its target and its first mass, and the error norm falls by ``1 - t / 2``. (One Newton loop for
-both is issue 60's: this one is eager and has no continuation.)
+and positive definite where each group of neighbouring cells has an arc. The steps are damped by
+the rules of :mod:`.newton`, written once in :mod:`.damping` (Kitagawa, Merigot and Thibert): every
+cell keeps at least half the smallest of its target and its first mass, and the error norm falls by
+``1 - t / 2``. The loop is its own (eager, no continuation, no hiding bound).
 
 The start: see :func:`initial_weights`.
 
