@@ -109,7 +109,9 @@ class Backend:
         self.name = name
         strict = name.startswith(("array_api_strict", "strict"))
         self.framework = "numpy" if strict else {"jax-jit": "jax"}.get(name, name)
-        self.static = name in ("strict-static", "jax-jit")
+        self.static = name in ("strict-static", "jax-jit")     # traced code paths (static shapes)
+        self.jit = name == "jax-jit"                            # under jax.jit (compiled)
+        self.strict = strict                                    # array_api_strict
         self.host = not strict
         self.device = None
         if name in ("array_api_strict", "strict-static", "strict-device1"):

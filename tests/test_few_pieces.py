@@ -55,7 +55,7 @@ def test_two_diracs_on_two_pixels(backend, dim):
     Newton matrix of zeros, a direction that is not finite); the C++ solver stops too.
     The traced route on strict-static (the same loops as under ``jax.jit``, without its
     compiles of a minute), in 2D."""
-    if backend.name == "jax-jit" or (backend.name.startswith(("strict", "array_api")) and dim != 2):
+    if backend.jit or (backend.strict and dim != 2):
         pytest.skip("the traced route: strict-static in 2D")
     img, points, cost = _two_pixels(dim)
 

@@ -42,7 +42,7 @@ def solve(backend, points, img, weights=None, domain=None, **options):
     x = backend.asarray(points)
     src = sdot.SumOfDiracs(x) if weights is None else sdot.SumOfWeightedDiracs(x, backend.asarray(weights))
     grid = sdot.Grid(backend.asarray(img), domain=domain)
-    if backend.name != "jax-jit":
+    if not backend.jit:
         return sdot.optimal_transport_plan(src, grid, raise_on_failure=False, **options)
     driver = (sdot.driver.framework, sdot.driver.jit_route, sdot.driver.dtype)
     return SimpleNamespace(**_jitted_plan(driver, tuple(sorted(options.items())))(src, grid))

@@ -158,7 +158,7 @@ def test_polynomial_integrals(backend, problem):
     one = run(backend, "polynomial", c["seeds"], c["cells"], coef, (1, 1, 1))
     assert one.shape == (1, 1, 1)
     close(one, np.sum(np.einsum("ijklm,im->i", c["pieces"][..., :5], coef)), 1e-12, "one voxel")
-    if backend.name != "jax-jit":
+    if not backend.jit:
         potential = run(backend, "potential", c["seeds"], c["cells"], c["psi"], SHAPE)
         close(potential, c["pieces"][..., 4].sum(0) - np.einsum("ijkl,i->jkl", c["pieces"][..., 0], c["psi"]),
               1e-12, "potential integrals")
