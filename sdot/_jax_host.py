@@ -19,6 +19,7 @@ depend on the store, only their cost.
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import threading
 from typing import NamedTuple
@@ -90,6 +91,19 @@ class HostStore:
     def clear(self):
         with self._lock:
             self._items.clear()
+
+    @contextlib.contextmanager
+    def bounded(self, entries):
+        """Within the ``with`` block, an empty store of at most ``entries`` states, its counts
+        of hits and misses from 0 (tests and measurements); emptied and as it was after."""
+        saved = self.entries, self.hits, self.misses
+        self.clear()
+        self.entries, self.hits, self.misses = entries, 0, 0
+        try:
+            yield self
+        finally:
+            self.clear()
+            self.entries, self.hits, self.misses = saved
 
     def __len__(self):
         return len(self._items)

@@ -155,25 +155,25 @@ def _rss_mib():
 
 
 @pytest.mark.skipif(not __import__("pathlib").Path("/proc/self/statm").exists(), reason="Linux's /proc")
-def test_eager_gradients_of_the_plan_do_not_grow_memory(solves, monkeypatch):
+def test_eager_gradients_of_the_plan_do_not_grow_memory(solves):
     """Eager ``jax.grad`` of the barycentres, 100 calls at N = 200: the derivative rules find
     the solve's state in the bounded store by a token, JAX's caches hold no state and compile
     nothing new, and the resident memory of the last 70 calls grows by less than 6 MiB (it
     grew by ~0.5 MiB per call when the products ran on the host thread)."""
     from sdot import _jax_host
 
-    monkeypatch.setattr(_jax_host, "STORE", _jax_host.HostStore(entries=4))
     rng = np.random.default_rng(3)
     img, base = jnp.asarray(0.5 + rng.random((12, 12))), rng.random((200, 2))
     c = jnp.asarray(rng.random((200, 2)))
     grad = jax.grad(lambda x: jnp.sum(c * sdot.barycenters(sdot.SumOfDiracs(x), sdot.Grid(img))))
     rss = []
-    for k in range(100):
-        g = grad(jnp.asarray(base + 1e-4 * k))
-        if k in (29, 99):
-            float(g[0, 0])
-            rss.append(_rss_mib())
-    assert len(_jax_host.STORE) <= 4 and np.all(np.isfinite(np.asarray(g)))
+    with _jax_host.STORE.bounded(entries=4):
+        for k in range(100):
+            g = grad(jnp.asarray(base + 1e-4 * k))
+            if k in (29, 99):
+                float(g[0, 0])
+                rss.append(_rss_mib())
+        assert len(_jax_host.STORE) <= 4 and np.all(np.isfinite(np.asarray(g)))
     assert rss[1] - rss[0] < 6.0, rss
 
 

@@ -183,7 +183,7 @@ def test_the_callback_and_the_compiled_route_agree(sdot_driver):
     assert not bool(cut[1]) and float(cut[0]) > 1e-11
 
 
-def test_a_store_miss_rebuilds_the_same_derivatives(compiled_solves, monkeypatch):
+def test_a_store_miss_rebuilds_the_same_derivatives(compiled_solves):
     """With a store that keeps nothing, every derivative callback rebuilds the solve's state
     from its inputs and weights: the same gradients, Jacobian and Hessian to 1e-12."""
     x, w, img = problem(15, seed=6)
@@ -193,9 +193,9 @@ def test_a_store_miss_rebuilds_the_same_derivatives(compiled_solves, monkeypatch
         return (jax.grad(loss, argnums=(0, 1, 2))(x, w, img), jax.jacrev(bary)(x, w, img),
                 jax.hessian(loss)(x, w, img), jax.jvp(lambda im: bary(x, w, im), (img,), (img,))[1])
     kept = program(x, img)
-    monkeypatch.setattr(_jax_host, "STORE", _jax_host.HostStore(entries=0))
-    rebuilt = program(x, img)
-    assert _jax_host.STORE.misses > 0 and _jax_host.STORE.hits == 0 and len(_jax_host.STORE) == 0
+    with _jax_host.STORE.bounded(entries=0) as store:
+        rebuilt = program(x, img)
+        assert store.misses > 0 and store.hits == 0 and len(store) == 0
     assert_close(rebuilt, kept, atol=1e-12)
 
 
@@ -205,23 +205,23 @@ def _rss_mib():
 
 
 @pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="Linux's /proc")
-def test_memory_stays_flat_over_many_calls(compiled_solves, monkeypatch):
+def test_memory_stays_flat_over_many_calls(compiled_solves):
     """150 calls of a jitted ``value_and_grad`` at N = 300 (the gradient with respect to the
     grid's values reads the stored state): the store holds at most its bound of states, and
     the resident memory of the last 100 calls grows by less than 8 MiB (a state is 0.18 MiB
     here: a store that kept them all would grow by 18 MiB)."""
-    monkeypatch.setattr(_jax_host, "STORE", _jax_host.HostStore(entries=8))
     _, w, img = problem(300, seed=7)
     step = jax.jit(jax.value_and_grad(loss, argnums=(0, 2)))
     base = np.random.default_rng(8).random((300, 2))
     rss = []
-    for k in range(150):
-        value, _ = step(jnp.asarray(base + 1e-4 * k), w, img)
-        assert len(_jax_host.STORE) <= 8
-        if k in (49, 149):
-            float(value)
-            rss.append(_rss_mib())
-    assert np.isfinite(float(value)) and _jax_host.STORE.hits == 150
+    with _jax_host.STORE.bounded(entries=8) as store:
+        for k in range(150):
+            value, _ = step(jnp.asarray(base + 1e-4 * k), w, img)
+            assert len(store) <= 8
+            if k in (49, 149):
+                float(value)
+                rss.append(_rss_mib())
+        assert np.isfinite(float(value)) and store.hits == 150
     assert rss[1] - rss[0] < 8.0, rss
 
 
