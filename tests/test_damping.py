@@ -47,3 +47,17 @@ def test_on_python_floats_as_the_distributed_client_takes_them():
     assert damping.more_trials(2.0 ** -29, OPTIONS) and not damping.more_trials(2.0 ** -30, OPTIONS)
     assert damping.stopped(3, OPTIONS) and not damping.stopped(2, OPTIONS)
     assert not damping.stopped(3, dataclasses.replace(OPTIONS, stalls=4))
+
+
+def test_eager_backtracking_tries_down_to_the_shortest_step():
+    """The eager loop of partial transport and of the distributed client: trials at ``t``,
+    ``0.7 t``, ... until one is accepted, or down to the last above ``min_step`` (2^-30)."""
+    tried = []
+
+    def accept_below(bound):
+        return lambda t: (tried.append(t) or len(tried), t < bound)
+    t, result, ok = damping.backtracking(1.0, accept_below(0.6), OPTIONS)
+    assert ok and t == pytest.approx(0.49) and result == 3 and tried == pytest.approx([1.0, 0.7, 0.49])
+    tried.clear()
+    t, result, ok = damping.backtracking(1.0, accept_below(0.0), OPTIONS)
+    assert not ok and result == len(tried) == 59 and 2.0 ** -30 < t <= 2.0 ** -30 / 0.7

@@ -43,6 +43,17 @@ def more_trials(t, options):
     return options.backtrack * t > options.min_step
 
 
+def backtracking(t, trial, options):
+    """Eagerly, the trials of a step from ``t``: ``trial(t) -> (result, accepted)``, then at
+    ``options.backtrack * t`` while rejected and :func:`more_trials`; ``(t, result, accepted)``
+    of the last one. (The traced solve runs the same in a ``while_loop``.)"""
+    while True:
+        result, ok = trial(t)
+        if ok or not more_trials(t, options):
+            return t, result, ok
+        t *= options.backtrack
+
+
 def accepted(sound, smallest, floor, norm_t, norm0, t):
     """The damping test of a trial at ``t``: a ``sound`` diagram (certified cells, no
     overflow), the ``smallest`` cell mass at least ``floor`` and the error's norm ``norm_t``

@@ -176,7 +176,8 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, options=None):
         if bool(xp.any(falling)):
             reach = xp.where(falling, psi / xp.where(falling, -d, 1.0), xp.inf)
             t = min(t, options.partial_shrink * float(xp.min(reach)))
-        while True:
+
+        def attempt(t):
             trial = xp.where(active, psi + t * d, 0.0)
             new, new_arc = evaluate(xp, prob, trial, active, previous=ev.cells)
             low = active & (new.moments[:, 0] < floor)
@@ -184,12 +185,12 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, options=None):
                 trial = xp.where(low, psi, trial)
                 new, new_arc = evaluate(xp, prob, trial, active, previous=ev.cells)
             e_new, err_new, norm_new = errors(new)
-            ok = bool(damping.accepted(bool(new.cells.certified), smallest(new.moments[:, 0]), floor, norm_new, norm, t))
-            if ok or not damping.more_trials(t, options):
-                break
-            t *= options.backtrack
+            ok = damping.accepted(bool(new.cells.certified), smallest(new.moments[:, 0]), floor, norm_new, norm, t)
+            return (trial, new, new_arc, e_new, err_new, norm_new), bool(ok)
+
+        t, found, ok = damping.backtracking(t, attempt, options)
         if ok:
-            psi, ev, arc, e, err, norm = trial, new, new_arc, e_new, err_new, norm_new
+            psi, ev, arc, e, err, norm = found
             first = float(damping.next_first(xp, real(t), real(first), options))
         stalls = int(damping.stalls_after(xp, xp.asarray(ok, device=dev), real(t), xp.asarray(stalls, device=dev), options))
         last = t if ok else 0.0

@@ -173,14 +173,13 @@ class _Newton:
         t = float(damping.first_trial(np, np.float64(self.first), hidden_at, self.dim, options))
         clock("direction")
         levels = self.halos.level
-        while True:
+        def attempt(t):
             trial = self.halos.certified(_evaluated(tiles, levels, range(len(tiles)), t),
                                          lambda ks: _evaluated(tiles, levels, ks, t, again=True),
                                          lambda some: not _accepted(some, self.floor, t, norm))
-            ok = _accepted(trial, self.floor, t, norm)
-            if ok or not damping.more_trials(t, options):
-                break
-            t *= options.backtrack
+            return trial, _accepted(trial, self.floor, t, norm)
+
+        t, trial, ok = damping.backtracking(t, attempt, options)
         if ok:
             tileset.checkpoint = gathered([tile.accept() for tile in tiles])
             self.summaries = trial
