@@ -123,6 +123,26 @@ def _parse_count(text):
         raise ValueError(f"an integer >= 1, got {text!r}") from None
 
 
+def _check_count(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"sdot.driver.{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+class _HostSetting:
+    """A driver setting that is a field of the host's settings (:mod:`._host.threads`, the
+    process's), validated by ``check`` on assignment."""
+
+    def __init__(self, field, check, doc):
+        self.field, self.check, self.__doc__ = field, check, doc
+
+    def __get__(self, obj, owner=None):
+        return self if obj is None else getattr(host_threads.settings(), self.field)
+
+    def __set__(self, obj, value):
+        host_threads.configure(**{self.field: self.check(value)})
+
+
 class _Setting:
     """A driver setting, validated by ``check`` on assignment."""
 
@@ -239,21 +259,12 @@ class Driver:
     size_buckets = _Setting(_check_size_buckets, "True or False: eager JAX solves that compile (off the host) "
                             "pad the Diracs to a few sizes.")
 
-    @property
-    def host(self):
-        return host_threads.settings().reachable
-
-    @host.setter
-    def host(self, value):
-        host_threads.configure(reachable=_check_bool("host", value))
-
-    @property
-    def compiled(self):
-        return host_threads.settings().compiled
-
-    @compiled.setter
-    def compiled(self, value):
-        host_threads.configure(compiled=_check_bool("compiled", value))
+    host = _HostSetting("reachable", lambda value: _check_bool("host", value),
+                        "True or False: torch and JAX arrays on the CPU use the host (False: a GPU's route).")
+    compiled = _HostSetting("compiled", lambda value: _check_bool("compiled", value),
+                            "True or False: the compiled host kernels (numba) run where they apply.")
+    threads = _HostSetting("threads", lambda value: _check_count("threads", value),
+                           "An integer >= 1: threads of the host's NumPy kernels.")
 
     @property
     def direct_namespaces(self):
@@ -262,16 +273,6 @@ class Driver:
     @direct_namespaces.setter
     def direct_namespaces(self, value):
         namespaces.DIRECT = _check_bool("direct_namespaces", value)
-
-    @property
-    def threads(self):
-        return host_threads.settings().threads
-
-    @threads.setter
-    def threads(self, value):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"sdot.driver.threads must be an integer >= 1, got {value!r}")
-        host_threads.configure(threads=int(value))
 
     def __setattr__(self, name, value):
         super().__setattr__(name, value)
