@@ -343,9 +343,10 @@ _BATCH_REASON = "a batch is a loop over single solves: see conftest.BATCH_LOOPS"
 #: Partial transport is solved with data-dependent shapes (eagerly): refused under static
 #: shapes (test_partial.py::test_what_is_not_solved_says_so).
 PARTIAL = ("test_partial.py::test_one_dirac", "test_partial.py::test_the_reference_case",
-           "test_partial.py::test_on_a_line", "test_partial.py::test_far_diracs")
+           "test_partial.py::test_on_a_line", "test_partial.py::test_far_diracs", "test_partial.py::test_two_pieces")
 #: Partial transport tests too slow on the array-API route (strict backends).
-PARTIAL_SLOW = ("test_partial.py::test_the_reference_case", "test_partial.py::test_far_diracs")
+PARTIAL_SLOW = ("test_partial.py::test_the_reference_case", "test_partial.py::test_far_diracs",
+                "test_partial.py::test_two_pieces")
 _PARTIAL_REASON = ("the array-API route of partial transport runs on one Dirac here (13 s for 1000 on array_api_strict, "
                    "6 s for 12 Diracs on black)")
 

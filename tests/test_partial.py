@@ -264,6 +264,30 @@ def test_most_diracs_on_black_converge_in_few_steps():
     assert int(p.iterations) <= 25
 
 
+@pytest.mark.parametrize("spread", ["uniform", "cluster"])
+def test_two_pieces_on_black(eager_backend, spread):
+    """A support of two pieces on black (a rectangle and a denser square): 200 Diracs uniform in
+    the square, or 60 in a cluster 1e-4 wide, each take their mass, checked at the returned
+    weights by clipping polygons to the discs. (The damped Newton steps stalled on both, at
+    errors of 12% and 100% of a target: a group of cells whose balls held their piece of the
+    support whole moved their weights together without changing their masses; the solve goes
+    on over a uniform background.)"""
+    img = np.zeros((16, 16))
+    img[4:10, 5:12] = 1.0
+    img[12:15, 1:4] = 2.0
+    if spread == "uniform":
+        points = np.random.default_rng(2).random((200, 2))
+    else:
+        points = 0.5 + 1e-4 * np.random.default_rng(1).random((60, 2))
+    p = plan(eager_backend, points, img, 2.0)
+    n = len(points)
+    assert eager_backend.to_numpy(p.cell_masses) == pytest.approx(np.full(n, 1 / n), abs=1e-10)
+    if spread == "cluster":
+        mass, second = polygon_integrals(points, eager_backend.to_numpy(p.brenier_potential), img, 2.0, 256)
+        assert mass == pytest.approx(np.full(n, 1 / n), abs=1e-6)
+        assert float(p.distance) == pytest.approx(second, rel=1e-5)
+
+
 def test_batches_and_jax_vmap_are_the_items(sdot_driver):
     jax = pytest.importorskip("jax")
     rng = np.random.default_rng(0)
