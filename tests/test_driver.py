@@ -268,10 +268,10 @@ def test_numpy_framework_runs_on_cpu_only(sdot_driver):
 
 # ------------------------------------------------- namespaces and dtypes
 def test_namespace():
-    # NumPy: array_api_compat's namespace with direct calls (tests/test_compat.py), None ignored
+    # NumPy and JAX: array_api_compat's namespace with direct calls (tests/test_compat.py), None ignored
     assert namespace(np.ones(2), None) is _compat.namespace(np.ones(2))
     assert namespace(np.ones(2), None).take is not aac.array_namespace(np.ones(2)).take
-    assert namespace(jnp.ones(2)) is jnp
+    assert namespace(jnp.ones(2)) is _compat.namespace(jnp.ones(2)) and aac.is_jax_namespace(namespace(jnp.ones(2)))
     assert namespace(xps.ones(2), xps.ones(1)) is xps
     with pytest.raises(TypeError, match="torch.*JAX"):
         namespace(torch.ones(2), None, jnp.ones(2))

@@ -35,6 +35,19 @@ def flat_take(x, idx):
     return xp.reshape(out, tuple(idx.shape) + tuple(x.shape[1:]))
 
 
+def remainder(a, b):
+    """``a % b`` of non-negative integer arrays (broadcast). On JAX the bare remainder (one
+    equation, where ``%`` adds ten for the signs: 1,250 equations of the traced solve at 1e3
+    Diracs were the ``%`` of :func:`..planar.polygons.clip_polygons`)."""
+    if aac.is_jax_array(a) or aac.is_jax_array(b):
+        import jax
+
+        dtype = jax.numpy.result_type(a, b)
+        a, b = jax.numpy.broadcast_arrays(jax.numpy.astype(a, dtype), jax.numpy.astype(b, dtype))
+        return jax.lax.rem(a, b)
+    return a % b
+
+
 def row_gather(x, idx):
     """``x[r, idx[r, ...]]`` row by row (``x`` of shape (n, V) or (n, V, d)).
 

@@ -5,7 +5,8 @@ directly (:class:`_TorchDirect`, :class:`_NumpyDirect`; same results bit for bit
 array_api_compat only adds argument handling to every call (on torch a pass over the indices
 for negative ones, which sdot never takes, dtype promotions, a tensor per Python scalar, a
 cast of ``any``'s result; on NumPy the inspection of each argument, wrappers of the array
-methods).
+methods). On JAX the gathers (:class:`_JaxDirect`) skip what a traced program would carry for
+indices sdot never takes (negative, beyond the bounds).
 """
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ def namespace(*arrays):
         return _torch_direct[0]
     xp = aac.array_namespace(*arrays)
     if not any(map(aac.is_torch_array, arrays)):
+        if aac.is_jax_namespace(xp):
+            if not _jax_direct:
+                _jax_direct.append(_JaxDirect(xp))
+            return _jax_direct[0]
         return xp
     if not _torch_direct:
         _torch_direct.append(_TorchDirect(xp))
@@ -36,6 +41,7 @@ def namespace(*arrays):
 
 
 _torch_direct = []          # made on first use: torch is imported only if the inputs hold tensors
+_jax_direct = []
 
 
 def _on_cpu(device):
@@ -186,3 +192,26 @@ class _TorchDirect(_Direct):
         import torch
 
         return torch.reshape(x, shape) if copy is None else self._base.reshape(x, shape, copy=copy)
+
+
+class _JaxDirect(_Direct):
+    """JAX's namespace, with ``take`` and ``take_along_axis`` of non-negative indices in bounds
+    (sdot never takes others): gathers that clamp instead of wrapping negative indices and
+    filling beyond the bounds. In the traced solve each ``take`` was five equations
+    (4 without the gather), 1,031 of them at 1e3 Diracs: a tenth of the program."""
+
+    @staticmethod
+    def take(x, indices, /, *, axis=None):
+        import jax.numpy as jnp
+
+        if axis is None:
+            if x.ndim != 1:
+                raise ValueError("axis must be specified when ndim > 1")
+            axis = 0
+        return jnp.take(x, indices, axis=axis, mode="clip")
+
+    @staticmethod
+    def take_along_axis(x, indices, /, *, axis=-1):
+        import jax.numpy as jnp
+
+        return jnp.take_along_axis(x, indices, axis=axis, mode="clip", wrap_negative_indices=False)

@@ -125,18 +125,18 @@ def clip_polygons(xp, verts, labels, count, normal, offset, label, skip):
     changed = _compat.row_any(xp, out)
     out_prev = previous_slots(xp, out, count)
     a = xp.argmax(xp.astype(out & ~out_prev, xp.int8), axis=1)[:, None]
-    run = xp.where(valid & ~out, (k - a + cnt) % cnt, cap)   # distance from a of inside vertices
+    run = xp.where(valid & ~out, _compat.remainder(k - a + cnt, cnt), cap)   # distance from a of inside vertices
     length = _compat.row_min(xp, run)[:, None]
     empty = changed & (length[:, 0] >= cap)
-    b = (a + length) % cnt
-    ends = xp.concat([(a - 1 + cnt) % cnt, a, (b - 1 + cnt) % cnt, b], axis=1)   # (n, 4)
+    b = _compat.remainder(a + length, cnt)
+    ends = xp.concat([_compat.remainder(a - 1 + cnt, cnt), a, _compat.remainder(b - 1 + cnt, cnt), b], axis=1)   # (n, 4)
     sv, vv = gather(s, ends), gather(verts, ends)
     den = sv[:, 0::2] - sv[:, 1::2]                    # exit < 0, entry > 0 where a run is cut
     den = xp.where((changed & ~empty)[:, None] & (den != 0), den, 1.0)
     ratio = (sv[:, 0::2] / den)[..., None]
     x1 = vv[:, 0, :] + ratio[:, 0, :] * (vv[:, 1, :] - vv[:, 0, :])
     x2 = vv[:, 2, :] + ratio[:, 1, :] * (vv[:, 3, :] - vv[:, 2, :])
-    src = (b + k - 2 + 2 * cnt) % cnt
+    src = _compat.remainder(b + k - 2 + 2 * cnt, cnt)
     new_v = gather(verts, src)
     new_l = gather(labels, src)
     new_v = xp.concat([x1[:, None, :], x2[:, None, :], new_v[:, 2:, :]], axis=1)     # exit, entry, the rest
