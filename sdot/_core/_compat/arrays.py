@@ -131,7 +131,7 @@ def hits(xp, idx, n: int):
         out[slot] = True
         return out[:n]
     if aac.is_jax_array(idx):
-        return xp.zeros((n + 1,), dtype=xp.bool, device=aac.device(idx)).at[slot].set(True)[:n]
+        return xp.zeros((n + 1,), dtype=xp.bool, device=aac.device(idx)).at[slot].set(True, wrap_negative_indices=False)[:n]
     ones = xp.ones(idx.shape, dtype=xp.int64, device=aac.device(idx))
     return segment_sum(xp, ones, slot, n + 1)[:n] > 0
 
@@ -268,7 +268,7 @@ def set_rows(xp, x, idx, values):
     if aac.is_torch_array(x):
         return x.index_copy(0, idx, values)
     if aac.is_jax_array(x):
-        return x.at[idx].set(values)
+        return x.at[idx].set(values, wrap_negative_indices=False)     # (a negative row: dropped)
     if idx.shape[0] == 0:
         return x
     order = xp.argsort(idx)
