@@ -110,9 +110,9 @@ def test_torch_namespace_calls_torch_directly():
 def test_jax_namespace_gathers_without_index_normalisation():
     """On JAX the solver's ``take``, ``take_along_axis``, :func:`_compat.remainder` and
     :func:`_compat.set_rows` give jax.numpy's values on non-negative indices in bounds, each
-    traced to its one primitive (``gather``, ``rem``, ``scatter``) without the wrap of negative indices and the fill beyond the bounds
-    (``lt``, ``add``, ``select_n``...): the traced solve at 1e3 Diracs had 35,835 equations,
-    27,749 without them, and compiled in 55 s then 42 s."""
+    traced to its one primitive (``gather``, ``rem``, ``scatter``) without the wrap of negative
+    indices and the fill beyond the bounds (``lt``, ``add``, ``select_n``...): the traced solve
+    at 1e3 Diracs had 35,835 equations, 27,749 without them, and compiled in 55 s, then 37 to 42 s."""
     jax = pytest.importorskip("jax")
     import jax.extend
     jnp = jax.numpy
