@@ -73,7 +73,10 @@ def row_gather(x, idx):
 def dot(a, b):
     """``sum(a * b, axis=-1)`` for a short last axis (coordinates), as a sum of its
     slices: NumPy reduces an axis of length 2 about ten times slower than it adds
-    two slices."""
+    two slices. On JAX one product and one reduction (in a traced program, 2 equations instead
+    of 11 in 2D; XLA fuses them)."""
+    if aac.is_jax_array(a) or aac.is_jax_array(b):
+        return namespace(a, b).sum(a * b, axis=-1)
     out = a[..., 0] * b[..., 0]
     for i in range(1, a.shape[-1]):
         out = out + a[..., i] * b[..., i]
