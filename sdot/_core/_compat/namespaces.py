@@ -202,13 +202,23 @@ class _JaxDirect(_Direct):
 
     @staticmethod
     def take(x, indices, /, *, axis=None):
-        import jax.numpy as jnp
+        from jax import lax
 
         if axis is None:
             if x.ndim != 1:
                 raise ValueError("axis must be specified when ndim > 1")
             axis = 0
-        return jnp.take(x, indices, axis=axis, mode="clip")
+        axis %= x.ndim
+        if x.shape[axis] == 0 or indices.size == 0:          # (lax.gather's corner cases)
+            import jax.numpy as jnp
+
+            return jnp.take(x, indices, axis=axis, mode="clip")
+        # jnp.take's gather, without its jit wrapper (one equation less each, 1,031 of them)
+        dims = lax.GatherDimensionNumbers(
+            offset_dims=tuple(range(axis)) + tuple(range(axis + indices.ndim, x.ndim + indices.ndim - 1)),
+            collapsed_slice_dims=(axis,), start_index_map=(axis,))
+        return lax.gather(x, lax.expand_dims(indices, (indices.ndim,)), dims,
+                          x.shape[:axis] + (1,) + x.shape[axis + 1:], mode=lax.GatherScatterMode.CLIP)
 
     @staticmethod
     def take_along_axis(x, indices, /, *, axis=-1):
