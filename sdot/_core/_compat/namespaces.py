@@ -60,6 +60,15 @@ class _Direct:
         self._base, self.__name__ = base, base.__name__
 
 
+def _take_axis(x, axis):
+    """The axis of ``take(x, indices, axis=axis)`` (the array API's: none only for 1-D ``x``)."""
+    if axis is None:
+        if x.ndim != 1:
+            raise ValueError("axis must be specified when ndim > 1")
+        return 0
+    return axis
+
+
 def _reduction(name):
     """The array method ``name`` as an array-API reduction ``f(x, /, *, axis, keepdims)``."""
     def reduce(x, /, *, axis=None, keepdims=False):
@@ -139,11 +148,7 @@ class _TorchDirect(_Direct):
     def take(x, indices, /, *, axis=None):
         import torch
 
-        if axis is None:
-            if x.ndim != 1:
-                raise ValueError("axis must be specified when ndim > 1")
-            axis = 0
-        return torch.index_select(x, axis, indices)
+        return torch.index_select(x, _take_axis(x, axis), indices)
 
     @staticmethod
     def take_along_axis(x, indices, /, *, axis=-1):
@@ -204,11 +209,7 @@ class _JaxDirect(_Direct):
     def take(x, indices, /, *, axis=None):
         from jax import lax
 
-        if axis is None:
-            if x.ndim != 1:
-                raise ValueError("axis must be specified when ndim > 1")
-            axis = 0
-        axis %= x.ndim
+        axis = _take_axis(x, axis) % x.ndim
         if x.shape[axis] == 0 or indices.size == 0:          # (lax.gather's corner cases)
             import jax.numpy as jnp
 
