@@ -9,8 +9,8 @@ plus the diagonal ``A_ii = (int of rho along the arcs of C_i) / (2 sqrt(psi_i))`
 and positive definite where each group of neighbouring cells has an arc. The steps are damped by
 the rules of :mod:`.newton`, written once in :mod:`.damping` (Kitagawa, Merigot and Thibert): every
 cell keeps at least half the smallest of its target and its first mass, and the error norm falls by
-``1 - t / 2``. The loop is its own (eager, no hiding bound); a density with zero regions is
-first solved over uniform backgrounds (:func:`background_levels`), not blurred.
+``1 - t / 2``. The loop is its own (eager, no hiding bound); where its steps stall on a density
+with zero regions, it goes on over uniform backgrounds (:func:`background_levels`), not blurred.
 
 The start: see :func:`initial_weights`.
 
@@ -141,8 +141,8 @@ def balanced_start(xp, prob, active, targets, options=DEFAULT, max_iter=300):
 
 
 def background_levels(xp, values, options):
-    """The uniform backgrounds ``eps_k`` added to a density with zero regions before it is solved
-    itself (``[]`` for a positive density): ``options.partial_background`` times its mean value,
+    """The uniform backgrounds ``eps_k`` added to a density with zero regions after the steps
+    stalled on it, before it is solved itself again (``[]`` for a positive density): ``options.partial_background`` times its mean value,
     divided by ``options.partial_background_factor`` at each of ``options.partial_background_stages``
     stages.
 
@@ -163,8 +163,8 @@ def background_levels(xp, values, options):
 
 def solve(xp, prob, tol, max_iter, active, targets, log=None, options=None):
     """Damped Newton for partial transport: a :class:`.evaluation.Solution` (``width`` 0) from
-    :func:`initial_weights`, through the backgrounds of :func:`background_levels` if the density
-    has zero regions (``max_iter`` counts the steps of all stages), by :func:`_newton`."""
+    :func:`initial_weights` by :func:`_newton`; if its steps stall, on from there through the
+    backgrounds of :func:`background_levels` (``max_iter`` counts the steps of all stages)."""
     options = DEFAULT if options is None else options
     solver = options.linear.solver()
     values = prob.density.values
