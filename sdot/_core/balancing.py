@@ -22,7 +22,7 @@ import array_api_compat as aac
 from . import _compat
 
 
-def balancing_step(xp, trial, d, rhs, active, reach2, bisections):
+def balancing_step(xp, trial, d, rhs, active, reach2, bisections, like):
     """``(t, evaluation, accepted, d)``: the first trial that the damping accepts while
     bisecting ``t`` in ``[0, 1]`` on the sign of the dual's slope along ``d`` (returned as
     scaled).
@@ -35,29 +35,31 @@ def balancing_step(xp, trial, d, rhs, active, reach2, bisections):
     (a negative slope, or a diagram with an empty or unsound cell: the weights at which
     every cell is nonempty form a convex set). At most ``bisections`` trials after ``t = 1``;
     if none is accepted, the last one short of the maximum is (the dual rose), if any.
+    ``like``: an evaluation of the trials' structure (the loop's initial value: the trial at
+    ``t = 1`` runs in the loop's body too, one diagram in a traced program).
     """
     d = xp.where(xp.all(xp.isfinite(d)), d, rhs)
     span = xp.max(xp.where(active, d, -xp.inf)) - xp.min(xp.where(active, d, xp.inf))
     d = xp.where(active, d * (reach2 / xp.where(span > 0, span, 1.0)), 0.0)
-    one = xp.ones_like(reach2)
-    new, past, ok = trial(one, d)
+    one, zero = xp.ones_like(reach2), xp.zeros_like(reach2)
 
     def cond(state):
-        return ~state[3] & (state[6] < bisections)
+        return ~state[7] | (~state[3] & (state[6] < bisections))
 
+    # the first pass tries t = 1: accepted, or short of the maximum but not accepted (nothing
+    # further along the line to find), no bisection; then each pass bisects [lo, hi]
     def body(state):
-        lo, hi, at_lo = state[0], state[1], state[4]
-        mid = 0.5 * (lo + hi)
+        lo, hi, _, _, at_lo, _, k, tried = state
+        mid = xp.where(tried, 0.5 * (lo + hi), one)
         new, past, ok = trial(mid, d)
-        at_lo = _compat.cond(past, lambda: at_lo, lambda: new)
-        return xp.where(past, lo, mid), xp.where(past, mid, hi), mid, ok, at_lo, new, state[6] + 1
+        back = past & tried
+        at_lo = _compat.cond(back, lambda: at_lo, lambda: new)
+        return (xp.where(past, xp.where(tried, lo, zero), mid), xp.where(back, mid, hi), mid,
+                xp.where(tried, ok, ok | ~past), at_lo, new, xp.where(tried, k + 1, k), xp.ones_like(tried))
 
-    # ``t = 1`` accepted, or short of the maximum but not accepted (nothing further along
-    # the line to find): no bisection
     k = xp.zeros((), dtype=xp.int64, device=aac.device(d))
-    zero = xp.zeros_like(reach2)
-    start = (xp.where(past, zero, one), one, one, ok | ~past, new, new, k)
-    lo, _, t, ok, at_lo, new, _ = _compat.while_loop(cond, body, start)
+    no = xp.zeros((), dtype=xp.bool, device=aac.device(d))
+    lo, _, t, ok, at_lo, new, _, _ = _compat.while_loop(cond, body, (zero, one, one, no, like, like, k, no))
     # none accepted: the last trial short of the maximum, if any (the dual rose)
     t, new = _compat.cond(ok, lambda: (t, new), lambda: (lo, at_lo))
     return t, new, ok | (lo > 0), d

@@ -243,7 +243,7 @@ def _newton_step(run, st):
         # damped, no trial reduced the residual (two Diracs against two pixels)
         def balanced():
             t, new, ok, scaled = balancing.balancing_step(xp, balance_trial, d, rhs, active, run.reach2,
-                                                          options.balance_bisections)
+                                                          options.balance_bisections, st.ev)
             return t, new, ok, no, scaled
 
         def damped():
