@@ -13,6 +13,7 @@ from ._grid_batches import BatchOfPolynomialGrid, BatchOfSplineGrid
 from ._api import (OtNotConverged, OtPlan, barycenters, default_tolerance, distance,
                    distances, optimal_transport_plan)
 from ._diagram import Cell, PowerDiagram
+from . import metrics
 
 __version__ = "0.1.0"
 
@@ -21,5 +22,5 @@ __all__ = [
     "SumOfDiracs", "SumOfWeightedDiracs", "BatchOfSumOfDiracs", "BatchOfSumOfWeightedDiracs",
     "SumOfDiracs1d", "PolynomialGrid", "Grid", "SplineGrid", "BatchOfPolynomialGrid", "BatchOfSplineGrid",
     "distance", "distances", "barycenters", "optimal_transport_plan", "default_tolerance",
-    "OtPlan", "OtNotConverged", "PowerDiagram", "Cell",
+    "OtPlan", "OtNotConverged", "PowerDiagram", "Cell", "metrics",
 ]

@@ -16,7 +16,8 @@ from ._spline_grid import SplineGrid
 from ._diagram import PowerDiagram
 from ._driver import default_tolerance
 from ._measures import BatchOfSumOfDiracs, SumOfDiracs, SumOfWeightedDiracs, align
-from ._checks import check_kinds, check_options, check_pair, checked_problem, total_mass
+from ._checks import (check_kinds, check_metric, check_options, check_pair, checked_problem, total_mass,
+                      with_metric)
 from ._diagnosis import failure, STATUS
 from ._ot_plan import OtNotConverged, OtPlan, PLAN_FIELDS
 from ._routes import check_depth, solve, solve_per_item
@@ -43,7 +44,7 @@ def _printer(verbose):
 
 
 def optimal_transport_plan(source, target, tol=None, max_iter=300, verbose=False,
-                           raise_on_failure=True):
+                           raise_on_failure=True, metric=None):
     """Solve the semi-discrete transport from ``source`` (Diracs) to ``target`` (grid).
 
     Parameters
@@ -62,6 +63,9 @@ def optimal_transport_plan(source, target, tol=None, max_iter=300, verbose=False
         converged; otherwise return the partial plan. Under ``jax.jit`` (or
         any JAX transformation) nothing can be raised: a failed solve gives
         ``distance = nan`` instead (``plan.converged`` says which).
+    metric : sdot.metrics.Norm2 or sdot.metrics.PeriodicMetric, optional
+        The ground cost (default ``Norm2()``, ``|x - y|^2``); ``PeriodicMetric`` is the squared
+        distance on the torus (or cylinder) of the target's domain: see :mod:`sdot.metrics`.
 
     Returns
     -------
@@ -78,13 +82,13 @@ def optimal_transport_plan(source, target, tol=None, max_iter=300, verbose=False
         traced JAX arrays (under ``jax.jit``, ``jax.vmap``) run one ``jax.vmap`` of the solve.
     """
     return _plan("optimal_transport_plan", PLAN_FIELDS, source, target, tol=tol, max_iter=max_iter,
-                 verbose=verbose, raise_on_failure=raise_on_failure)
+                 verbose=verbose, raise_on_failure=raise_on_failure, metric=metric)
 
 
 PowerDiagram._solve = staticmethod(optimal_transport_plan)      # PowerDiagram.adjust_weights's solve
 
 
-_OPTIONS = ("tol", "max_iter", "verbose", "raise_on_failure")
+_OPTIONS = ("tol", "max_iter", "verbose", "raise_on_failure", "metric")
 
 
 def _plan(name, keep, source, target, orders=1, **options):
@@ -96,24 +100,29 @@ def _plan(name, keep, source, target, orders=1, **options):
     if unknown:
         raise TypeError(f"{name}() got unexpected keyword arguments {unknown}; its options are those of "
                         f"optimal_transport_plan: {', '.join(_OPTIONS)}")
-    tol, max_iter, verbose, raise_on_failure = (options.get(k, default) for k, default in
-                                                zip(_OPTIONS, (None, 300, False, True)))
+    tol, max_iter, verbose, raise_on_failure, metric = (options.get(k, default) for k, default in
+                                                        zip(_OPTIONS, (None, 300, False, True, None)))
     tol, max_iter = check_options(tol, max_iter)
     check_kinds(name, source, target)
+    periodic = check_metric(metric)
     if _driver.driver.framework == "dask" and aac.is_numpy_array(source.positions):
         source = _distributed(source)                # rule 2: NumPy positions go to the driver's dask
     if aac.is_dask_array(source.positions):          # rule 1 for dask arrays: the distributed solve
         from . import dask as _dask
 
+        if periodic:
+            raise NotImplementedError(f"{name}: the distributed solve (dask) does not support metric=PeriodicMetric "
+                                      "yet; solve with NumPy, torch or JAX arrays")
+
         return _dask.public_plan(name, source, target, tol, max_iter, verbose, raise_on_failure)
     if not (_batched.is_batch(source) or _batched.is_batch(target)):
-        return _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orders)
+        return _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orders, metric)
     b = _batched.batch_size(name, source, target)
     failures = []
 
     def solve(source, target):
         try:
-            out = _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orders)
+            out = _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orders, metric)
         except OtNotConverged as failure:
             out = failure.plan
             failures.append(str(failure))
@@ -145,12 +154,15 @@ def _distributed(source):
     return SumOfWeightedDiracs(positions, da.from_array(source._weights, chunks=(rows,)), mass=source._mass)
 
 
-def _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orders, options=NEWTON_OPTIONS):
+def _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orders, metric=None,
+                  options=NEWTON_OPTIONS):
     """The plan of one source and one target (``tol`` and ``max_iter`` checked; ``orders``:
-    see :func:`_plan`), solved with the Newton ``options`` (a :class:`._core.options.NewtonOptions`)."""
+    see :func:`_plan`) for the ground ``metric`` (:mod:`sdot.metrics`), solved with the Newton
+    ``options`` (a :class:`._core.options.NewtonOptions`)."""
     spline = target if isinstance(target, SplineGrid) else None     # NumPy's jvp/vjp: its values
     source, target = check_pair(source, target)
     xp, prob, partial = checked_problem(source, target)
+    prob = with_metric(xp, prob, metric, partial)
     tol = default_tolerance() if tol is None else tol
     if partial:
         return _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure, source, target, options)

@@ -9,7 +9,7 @@ import numbers
 import array_api_compat as aac
 import numpy as np
 
-from . import _autodiff, _driver, _partial
+from . import _autodiff, _driver, _partial, metrics
 from ._core import evaluation, geometry
 from ._core.density import grid_density
 from ._grid_batches import _BatchOfGrids
@@ -168,3 +168,38 @@ def check_values(xp, prob, total_rho):
     _check_range(xp, prob)
     ops, (masses,) = _driver.checkable(prob.masses)
     return _partial.is_partial(float(ops.sum(masses)), float(total_rho))
+
+
+def check_metric(metric):
+    """Whether ``metric`` (None, :class:`.metrics.Norm2` or :class:`.metrics.PeriodicMetric`) is
+    periodic; a ``TypeError`` for anything else, before any work."""
+    if metric is None or isinstance(metric, metrics.Norm2):
+        return False
+    if isinstance(metric, metrics.PeriodicMetric):
+        return True
+    raise TypeError(f"metric must be sdot.metrics.Norm2() or sdot.metrics.PeriodicMetric(...), got {metric!r}")
+
+
+def with_metric(xp, prob, metric, partial):
+    """``prob`` with the period of each axis of a periodic ``metric`` (:mod:`._core.periodic`),
+    where that is solved: eagerly (NumPy, torch, array_api_strict, concrete JAX), in 2D and 3D,
+    balanced transport. Otherwise a ``NotImplementedError`` that says what is supported."""
+    if not check_metric(metric):
+        return prob
+    dim = prob.seeds.shape[1]
+    where = None
+    if dim == 1:
+        where = "in 1D (the circle)"
+    elif partial:
+        where = "for partial transport (a target heavier than the source)"
+    elif aac.is_jax_namespace(xp) and _driver.host_views(prob.seeds, prob.masses, *prob.density) is None:
+        where = "on traced JAX arrays (under jax.jit, vmap or scan) or a JAX device other than the CPU"
+    elif not aac.is_jax_namespace(xp) and _autodiff.transformed(prob.seeds, prob.masses, *prob.density):
+        where = "under torch.func transforms"
+    if where is not None:
+        raise NotImplementedError(f"metric=PeriodicMetric is not supported {where} yet; it is solved eagerly in 2D "
+                                  "and 3D (NumPy, torch, array_api_strict, JAX on the CPU outside jit, jax.grad included)")
+    lo, hi = (np.asarray(_driver._to_host(_autodiff.detach(a)), dtype=np.float64) for a in (prob.lo, prob.hi))
+    period = metrics.periods(metric, lo.tolist(), hi.tolist())
+    like = _autodiff.detach(prob.lo)
+    return prob._replace(period=xp.asarray(period, dtype=like.dtype, device=aac.device(like)))

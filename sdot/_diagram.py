@@ -137,10 +137,17 @@ class PowerDiagram(JaxPytree):
                             "traced (inside jax.jit, vmap, grad...): call it outside the transformation, e.g. on "
                             "the diagram or plan a jitted function returns")
 
+    #: On a periodic domain (``metric=PeriodicMetric``), the seed of each piece of the cells (the
+    #: pieces are the cells of the Diracs and of their images in the domain), else None.
+    _owner = None
+
     @classmethod
-    def _from_solution(cls, prob, psi, cells, moments, active):
+    def _from_solution(cls, prob, psi, cells, moments, active, sites=None, owner=None):
+        """The diagram of a solve (on a periodic domain, of its ``sites`` and their ``owner``)."""
         obj = object.__new__(cls)
         obj.positions, obj.weights, obj._target = prob.seeds, psi, None
+        if sites is not None:
+            prob, obj._owner = prob._replace(seeds=sites), owner
         obj._state = (prob, cells, moments)
         return obj
 
@@ -183,6 +190,9 @@ class PowerDiagram(JaxPytree):
             the cells are Python objects of concrete arrays, read outside the transformation.
         """
         self._check_concrete("cells")
+        if self._owner is not None:
+            raise NotImplementedError("PowerDiagram.cells of a periodic plan (metric=PeriodicMetric): a cell is made "
+                                      "of pieces on the sides of the domain, not listed yet; plot() draws them")
         prob, cells, moments = self._compute()
         seeds = _to_numpy(prob.seeds)
         verts, labels, count = (_to_numpy(a) for a in (cells.vertices, cells.labels, cells.count))
@@ -261,8 +271,9 @@ class PowerDiagram(JaxPytree):
         from matplotlib.collections import LineCollection
 
         ax.add_collection(LineCollection(segs, **({"colors": "k", "linewidths": 0.5} | style)))
-        if points:
-            ax.plot(seeds[:, 0], seeds[:, 1], ".", ms=2, color="C3")
+        if points:                  # (on a periodic domain, the Diracs, not their images)
+            shown = seeds if self._owner is None else seeds[:self.positions.shape[0]]
+            ax.plot(shown[:, 0], shown[:, 1], ".", ms=2, color="C3")
         ax.set_aspect("equal")
         ax.autoscale_view()
         return ax

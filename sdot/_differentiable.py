@@ -86,7 +86,7 @@ def linearization(cut, res):
     st = res["state"]
     return sensitivity.Linearization(cut.seeds, cut.masses, cut.density.values, cut.lo, cut.hi, st.cells,
                                      st.moments, res["solution"].evaluation.facet, st.psi, st.rep, st.active,
-                                     st.targets)
+                                     st.targets, st.sites, st.owner)
 
 
 def distance_gradients(rule_for, inputs, state, needs):
@@ -104,7 +104,8 @@ def first_derivatives(lin, rule_for, needs):
     """The values of ``dW/d(seeds, masses, values, lo, hi)`` (:mod:`._core.gradients`; the
     domain's by :func:`._core.sensitivity.cotangents`), a list, None where not ``needs``."""
     xp = _driver.namespace(lin.seeds)
-    gstate = gradients.GradientState(lin.cells, lin.moments, lin.psi, lin.rep, lin.active, lin.targets)
+    gstate = gradients.GradientState(lin.cells, lin.moments, lin.psi, lin.rep, lin.active, lin.targets,
+                                     lin.sites, lin.owner)
     density = grid_density(lin.values, lin.lo, lin.hi)
     out = list(gradients.gradients(xp, lin.seeds, lin.masses, density, gstate, needs[:3])) + [None, None]
     if needs[3] or needs[4]:

@@ -96,8 +96,8 @@ def _first_rows(xp, out, n, density):
 
 def _detached(prob):
     """``prob`` with its arrays cut from the autodiff graph."""
-    return evaluation.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
-                          type(prob.density)(*(_autodiff.detach(a) for a in prob.density)))
+    return prob._replace(seeds=_autodiff.detach(prob.seeds), masses=_autodiff.detach(prob.masses),
+                         density=type(prob.density)(*(_autodiff.detach(a) for a in prob.density)))
 
 
 def _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options):
@@ -105,6 +105,9 @@ def _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options):
     host = None if _driver.is_tracer(tol) or _driver.is_tracer(max_iter) else _jax_on_host(xp, cut)
     if host is not None:
         return solve_on_host(xp, prob, host, tol, max_iter, log, options)
+    if cut.period is not None and (aac.is_jax_namespace(xp) or _compat.static_shapes(cut.seeds)):
+        raise NotImplementedError("metric=PeriodicMetric is solved on the host only: not on the compiled route "
+                                  "(a JAX device other than the CPU, or sdot.driver.host = False) yet")
     if _jax_host.takes(xp, cut):                # traced JAX on the CPU: the NumPy core in one callback
         fields, stop = _jax_host.solve(prob, cut, tol, max_iter, log, nan_on_failure, options)
         return OtPlan(**fields), stop
@@ -132,7 +135,7 @@ def _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options):
         distance = xp.where(res["converged"], distance, xp.nan)
     sol = res["solution"]
     diagram = PowerDiagram._from_solution(cut, _autodiff.released(sol.psi), sol.evaluation.cells,
-                                          sol.evaluation.moments, res["active"])
+                                          sol.evaluation.moments, res["active"], *_sites(res))
     arrays = dict(zip(_differentiable.PLAN_OUTPUTS, outputs))
     arrays.update({k: zero_d(res[k]) for k in PLAN_ARRAYS if k not in arrays})
     out = OtPlan(distance=distance, power_diagram=diagram, _linearization=lin, **arrays)
@@ -243,11 +246,21 @@ def _gradients_per_item(solves, inputs, _, needs):
     return _differentiable.recorded(inputs, grads, barycenters, potential, rule_of, needs)
 
 
+def _sites(res):
+    """The sites of a solve's cells and the seed of each on a periodic domain, else ``(None, None)``."""
+    if "state" not in res:
+        return None, None
+    return res["state"].sites, res["state"].owner
+
+
 def _jax_on_host(xp, cut):
     """NumPy views (no copy) of the problem ``cut`` if its arrays are concrete JAX arrays on
     the CPU (eager calls, ``jax.grad`` and ``jax.jvp`` outside ``jit``), else None."""
     views = _driver.host_views(cut.seeds, cut.masses, *cut.density) if aac.is_jax_namespace(xp) else None
-    return None if views is None else evaluation.Problem(views[0], views[1], type(cut.density)(*views[2:]))
+    if views is None:
+        return None
+    period = None if cut.period is None else np.asarray(cut.period)
+    return evaluation.Problem(views[0], views[1], type(cut.density)(*views[2:]), period)
 
 
 def solve_on_host(xp, prob, host, tol, max_iter, log, options):
@@ -275,7 +288,7 @@ def solve_on_host(xp, prob, host, tol, max_iter, log, options):
                                 functools.partial(_jax_host._distance_gradients, spec))
     sol = res["solution"]
     diagram = PowerDiagram._from_solution(evaluation.Problem(prob.seeds, None, host.density), to_jax(sol.psi),
-                                          sol.evaluation.cells, sol.evaluation.moments, res["active"])
+                                          sol.evaluation.cells, sol.evaluation.moments, res["active"], *_sites(res))
     arrays = dict(zip(_differentiable.PLAN_OUTPUTS, outputs))
     arrays.update({k: to_jax(res[k]) for k in PLAN_ARRAYS if k not in arrays})
     return OtPlan(distance=distance, power_diagram=diagram, _linearization=lin, **arrays), (sol.width, sol.damping)

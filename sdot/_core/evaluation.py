@@ -7,18 +7,20 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, damping, geometry
+from . import _compat, damping, geometry, periodic
 from .options import DIAGRAM
 
 
 class Problem(NamedTuple):
     """A semi-discrete problem in the computation namespace: the Diracs ``seeds`` (n, d)
     and their ``masses`` (n,) against a ``density`` (a kind of :mod:`.density`, of the
-    same total mass), whose box ``[lo, hi]`` is the domain of the cells."""
+    same total mass), whose box ``[lo, hi]`` is the domain of the cells; ``period`` (d,): the
+    box's sides on its periodic axes, 0 on the others (:mod:`.periodic`), or None."""
 
     seeds: object
     masses: object
     density: object
+    period: object = None
 
     @property
     def lo(self):
@@ -96,6 +98,8 @@ def evaluate(xp, prob, psi, active, candidates=None, capacity=None, previous=Non
     abandoned: uncertified cells, zero moments. (The damping's trials stay below the
     ``t`` at which the geometry's ``hiding_step`` proves a seed hidden.)
     """
+    if prob.period is not None:
+        return _periodic_evaluation(xp, prob, psi, active, capacity, previous, diagram)
     stop = trial is not None and _compat.host_any(xp, trial)
     geom = geometry.of_seeds(prob.seeds)
     capacity = geom.CAPACITY if capacity is None else capacity
@@ -105,6 +109,34 @@ def evaluate(xp, prob, psi, active, candidates=None, capacity=None, previous=Non
         return without_integrals(xp, cells, prob.seeds.shape[1])
     moments, facet = prob.density.integrals(xp, prob.seeds, cells)
     return Evaluation(cells, moments, facet)
+
+
+def _periodic_evaluation(xp, prob, psi, active, capacity, previous, diagram):
+    """:func:`evaluate` on a periodic domain (:mod:`.periodic`): the diagram of the seeds and
+    as many of their images as their cells need (from ``previous``'s, or within twice the
+    Diracs' mean spacing of the box), its moments folded onto the seeds (its cells and facet
+    integrals those of the sites). Every trial is evaluated in full."""
+    n, dim = prob.seeds.shape
+    geom = geometry.of(dim)
+    capacity = geom.CAPACITY if capacity is None else capacity
+    table = periodic.table_of(xp, prob)
+    if previous is not None:
+        count = previous.labels.shape[0]
+    else:
+        spacing = float(xp.prod(prob.hi - prob.lo) / n) ** (1.0 / dim)
+        count = n + periodic.images_within(xp, table, 2.0 * spacing)
+    while True:
+        sites, owner = periodic.sites(xp, prob.seeds, prob.period, table, count)
+        psi_sites, active_sites = xp.take(psi, owner), xp.take(active, owner)
+        same = previous is not None and previous.labels.shape[0] == count
+        cells = geom.power_cells(xp, sites, psi_sites, active_sites, prob.lo, prob.hi, None, capacity,
+                                 previous=previous if same else None, options=diagram)
+        need = periodic.required_margin(xp, cells, psi_sites, active_sites)
+        if periodic.margin_of(table, count, n) >= need:
+            break
+        count = max(n + periodic.images_within(xp, table, 1.5 * need), count + 1)
+    moments, facet = prob.density.integrals(xp, sites, cells)
+    return Evaluation(cells, periodic.folded_rows(xp, moments, owner, n), facet)
 
 
 def without_integrals(xp, cells, dim):
@@ -159,6 +191,10 @@ def relative_error(xp, moments, targets, active):
 def integrals_at(xp, prob, cells, width):
     """The :class:`Evaluation` of ``cells`` against the density blurred to ``width``
     (0: the density itself)."""
+    if prob.period is not None:
+        sites, owner = periodic.sites(xp, prob.seeds, prob.period, periodic.table_of(xp, prob), cells.labels.shape[0])
+        moments, facet = at_width(xp, prob.density, width).integrals(xp, sites, cells)
+        return Evaluation(cells, periodic.folded_rows(xp, moments, owner, prob.seeds.shape[0]), facet)
     moments, facet = at_width(xp, prob.density, width).integrals(xp, prob.seeds, cells)
     return Evaluation(cells, moments, facet)
 

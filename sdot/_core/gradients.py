@@ -26,7 +26,8 @@ from . import _compat, geometry
 class GradientState(NamedTuple):
     """What the gradients need from a solve: the ``cells`` and cell ``moments`` at
     the optimum, the centred weights ``psi``, and the duplicate groups (``rep``,
-    ``active``, ``targets`` of :func:`sdot._core.evaluation.group_duplicates`)."""
+    ``active``, ``targets`` of :func:`sdot._core.evaluation.group_duplicates`); on a periodic
+    domain the ``sites`` of the cells and the seed of each (``owner``, :mod:`.periodic`)."""
 
     cells: object
     moments: object
@@ -34,6 +35,8 @@ class GradientState(NamedTuple):
     rep: object
     active: object
     targets: object
+    sites: object = None
+    owner: object = None
 
 
 def gradients(xp, seeds, masses, density, state, needs=(True, True, True)):
@@ -41,7 +44,10 @@ def gradients(xp, seeds, masses, density, state, needs=(True, True, True)):
     ``density``, a kind of :mod:`.density`); None where not ``needs``."""
     gy = position_gradient(xp, masses, state) if needs[0] else None
     gm = mass_gradient(xp, seeds, density.lo, density.hi, state) if needs[1] else None
-    grho = density.potential_integrals(xp, seeds, state.cells, state.psi) if needs[2] else None
+    grho = None
+    if needs[2]:
+        grho = (density.potential_integrals(xp, seeds, state.cells, state.psi) if state.sites is None else
+                density.potential_integrals(xp, state.sites, state.cells, xp.take(state.psi, state.owner)))
     return gy, gm, grho
 
 
@@ -57,9 +63,26 @@ def mass_gradient(xp, seeds, lo, hi, state):
     """``dW/dm`` of shape (n,): the group's weight, or ``psi^c`` for Diracs of zero mass."""
     empty = ~xp.take(state.active, state.rep)
     own = xp.take(state.psi, state.rep)
-    return _compat.cond(xp.any(empty),
-                        lambda: xp.where(empty, geometry.of_seeds(seeds).c_transform(xp, seeds, state.cells, state.psi), own),
-                        lambda: own)
+    return _compat.cond(xp.any(empty), lambda: xp.where(empty, _c_transform(xp, seeds, state), own), lambda: own)
+
+
+def _c_transform(xp, seeds, state):
+    """``psi^c`` of every Dirac (:func:`c_transform_at_vertices`); on a periodic domain the
+    smallest over each Dirac's sites."""
+    if state.sites is None:
+        return geometry.of_seeds(seeds).c_transform(xp, seeds, state.cells, state.psi)
+    n = seeds.shape[0]
+    at_sites = geometry.of_seeds(seeds).c_transform(xp, state.sites, state.cells, xp.take(state.psi, state.owner))
+    out, owner, images = at_sites[:n], state.owner[n:], at_sites[n:]
+    order = xp.argsort(owner, stable=True)          # each seed's images, one rank at a time (at most 26)
+    owner, images = xp.take(owner, order), xp.take(images, order)
+    first = xp.searchsorted(owner, owner, side="left")
+    rank = xp.arange(owner.shape[0], dtype=first.dtype, device=aac.device(owner)) - first
+    for r in range(int(xp.max(rank)) + 1 if owner.shape[0] else 0):
+        at = xp.nonzero(rank == r)[0]
+        ids = xp.take(owner, at)
+        out = _compat.put_rows(xp, out, ids, xp.minimum(xp.take(out, ids), xp.take(images, at)))
+    return out
 
 
 @_compat.jit_on_jax()

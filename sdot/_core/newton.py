@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, balancing, continuation, damping, geometry, row_blocks, starts
+from . import _compat, balancing, continuation, damping, geometry, periodic, row_blocks, starts
 from .evaluation import (CONVERGED, MAX_ITERATIONS, STALLED, UNSOUND, Solution, accept, at_width, errors, evaluate,
                          integrals_at, masked_min, relative_error, span, squared_diameter, within, worst_ratio)
 from .newton_matrix import near_domain, newton_direction
@@ -104,6 +104,16 @@ class _Run(NamedTuple):
 
     def floor_of(self, ev, width):
         return damping.mass_floor(self.xp, self.goal(width), ev.moments[:, 0], self.active)
+
+    def on_sites(self, ev, *per_seed):
+        """The sites of ``ev``'s cells and the arrays ``per_seed`` on them: the seeds and the
+        arrays themselves, or on a periodic domain the seeds' images too (:mod:`.periodic`)."""
+        prob = self.prob
+        if prob.period is None:
+            return (prob.seeds,) + per_seed
+        sites, owner = periodic.sites(self.xp, prob.seeds, prob.period, periodic.table_of(self.xp, prob),
+                                      ev.cells.labels.shape[0])
+        return (sites,) + tuple(self.xp.take(a, owner) for a in per_seed)
 
     def at_width(self, width):
         return self.prob._replace(density=at_width(self.xp, self.prob.density, width))
@@ -208,7 +218,8 @@ def _newton_step(run, st):
     bounded = st.new_width | (st.t < 1.0) | (st.width > 0)
     fans = None
     if not _compat.is_traced(bounded) and bool(bounded):
-        fans = row_blocks.in_background(lambda: geom.fans(xp, prob.seeds, st.psi, active, st.ev.cells), st.psi)
+        fans = row_blocks.in_background(lambda: geom.fans(xp, *run.on_sites(st.ev, st.psi, active), st.ev.cells),
+                                        st.psi)
     rhs = run.goal(st.width) - st.ev.moments[:, 0]
     d = newton_direction(xp, prob, st.ev, active, rhs, options.regularisation, run.solver,
                          damping.linear_rtol(xp, run.tol, norm0, st.t, run.spread, options), fresh=st.it == 0,
@@ -221,7 +232,8 @@ def _newton_step(run, st):
     # (or one that is not finite: a Newton matrix without a facet of positive integral)
     wide = ~(span(xp, d, active) <= run.reach2)
     lost = (st.width == 0) & wide
-    hidden_at = _compat.cond(bounded, lambda: geom.hiding_step(xp, prob.seeds, st.psi, d, active, st.ev.cells, fans),
+    hidden_at = _compat.cond(bounded, lambda: geom.hiding_step(xp, *run.on_sites(st.ev, st.psi, d, active),
+                                                                st.ev.cells, fans),
                              lambda: xp.full_like(st.first, xp.inf))
     # a start whose cells all hold their share, but whose first step hides a seed almost at
     # once, is far from the solution in the Newton model (a density that jumps): the

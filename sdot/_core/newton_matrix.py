@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from . import _compat, row_blocks
+from . import _compat, periodic, row_blocks
 
 
 def newton_direction(xp, prob, ev, active, rhs, regularisation, solver, rtol=None, fresh=None, gauge=None):
@@ -24,7 +24,10 @@ def newton_direction(xp, prob, ev, active, rhs, regularisation, solver, rtol=Non
     Otherwise the regulariser turns a rounding error of ``sum(rhs)`` into a
     huge constant shift of the weights, which costs FP32 all its precision.
     """
-    rows, cols, w, diag, rhs = _laplacian(xp, prob.seeds, ev.cells, ev.facet, active, rhs, regularisation)
+    if prob.period is None:
+        rows, cols, w, diag, rhs = _laplacian(xp, prob.seeds, ev.cells, ev.facet, active, rhs, regularisation)
+    else:
+        rows, cols, w, diag, rhs = _periodic_laplacian(xp, prob, ev, active, rhs, regularisation)
     d = solver.solve(xp, rows, cols, w, diag, rhs, rtol, points=prob.seeds, fresh=fresh)
     return _centred(xp, d, active, active if gauge is None else gauge)
 
@@ -76,6 +79,15 @@ def _laplacian(xp, seeds, cells, facet, active, rhs, regularisation):
     else:
         rows, cols, w = _facet_entries(xp, seeds, cells, facet)
         diag = _compat.segment_sum(xp, w, rows, n)
+    return (rows, cols, w) + _regularised(xp, diag, active, rhs, regularisation)
+
+
+def _periodic_laplacian(xp, prob, ev, active, rhs, regularisation):
+    """:func:`_laplacian` on a periodic domain: the sites' entries folded onto the seeds
+    (:func:`.periodic.folded_entries`)."""
+    sites, owner = periodic.sites(xp, prob.seeds, prob.period, periodic.table_of(xp, prob), ev.cells.labels.shape[0])
+    rows, cols, w = periodic.folded_entries(xp, *_facet_entries(xp, sites, ev.cells, ev.facet), owner)
+    diag = _compat.segment_sum(xp, w, rows, prob.seeds.shape[0])
     return (rows, cols, w) + _regularised(xp, diag, active, rhs, regularisation)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from . import _compat, evaluation, geometry, newton
+from . import _compat, evaluation, geometry, newton, periodic
 from .gradients import GradientState
 from .options import DEFAULT
 
@@ -26,13 +26,17 @@ def solve_plan(xp, prob, tol, max_iter, log=None, capacity=None, options=DEFAULT
     the :class:`GradientState` ``state`` and ``overflow`` (a cell needed more than
     ``capacity`` vertices, or a solve that did not converge rejected trials whose cells
     did: only under tracing)."""
+    given = prob
+    if prob.period is not None:             # the Diracs on the torus; the plan's arrays next to the given ones
+        prob = prob._replace(seeds=periodic.fold_onto(xp, prob.seeds, prob.lo, prob.period))
     rep, active, targets = evaluation.group_duplicates(xp, prob.seeds, prob.masses)
     closed_form = getattr(geometry.of_seeds(prob.seeds), "solve", None)
+    unit = prob
     if closed_form is not None:             # 1D: sorted, in closed form, in the problem's units
         sol = closed_form(xp, prob, active, targets, log=log)
     else:
         unit, scale = normalised(xp, prob)
-        order = _spatial_order(xp, unit.seeds)
+        order = None if prob.period is not None else _spatial_order(xp, unit.seeds)
         if order is None:
             sol = newton.solve(xp, unit, tol, max_iter, active, targets, log=log, capacity=capacity, options=options)
         else:                               # renumbered so that neighbours are close in memory
@@ -41,11 +45,20 @@ def solve_plan(xp, prob, tol, max_iter, log=None, capacity=None, options=DEFAULT
                                take(active), take(targets), log=log, capacity=capacity, options=options)
             sol = _numbered_back(xp, sol, order)
         sol = sol._replace(psi=sol.psi * (scale * scale), evaluation=_in_units(xp, sol.evaluation, scale))
-    out = _plan_arrays(xp, prob, sol.evaluation.moments, sol.psi, rep, active, targets)
-    state = GradientState(sol.evaluation.cells, sol.evaluation.moments, out.pop("psi"), rep, active, targets)
+    out = _plan_arrays(xp, given, sol.evaluation.moments, sol.psi, rep, active, targets)
+    state = GradientState(sol.evaluation.cells, sol.evaluation.moments, out.pop("psi"), rep, active, targets,
+                          *_sites(xp, prob, unit, sol.evaluation.cells))
     return dict(out, residual=sol.residual, iterations=sol.iterations, converged=sol.converged,
                 solution=sol, active=active, state=state, overflow=xp.any(sol.evaluation.cells.overflow) | (sol.trials_overflowed & ~sol.converged),
                 status=sol.status)
+
+
+def _sites(xp, prob, unit, cells):
+    """``(sites, owner)`` of ``cells`` on a periodic domain (:mod:`.periodic`) in ``prob``'s units
+    (the images those of the solve in ``unit`` coordinates), else ``(None, None)``."""
+    if prob.period is None:
+        return None, None
+    return periodic.sites(xp, prob.seeds, prob.period, periodic.table_of(xp, unit), cells.labels.shape[0])
 
 
 def _spatial_order(xp, seeds):
@@ -86,7 +99,9 @@ def normalised(xp, prob):
     (the density times L^d, so that masses are unchanged), and L."""
     centre = 0.5 * (prob.lo + prob.hi)
     scale = xp.max(prob.hi - prob.lo)
-    return prob._replace(seeds=(prob.seeds - centre) / scale, density=prob.density.normalised(centre, scale)), scale
+    period = None if prob.period is None else prob.period / scale
+    return prob._replace(seeds=(prob.seeds - centre) / scale, density=prob.density.normalised(centre, scale),
+                         period=period), scale
 
 
 @_compat.jit_on_jax()
@@ -109,7 +124,8 @@ def _plan_arrays(xp, prob, mom, psi_opt, rep, active, targets):
     bary = seeds + xp.where(has_mass[:, None], mom[:, 1:-1] / safe[:, None], 0.0)
     # means of points of the domain: in it, whatever the rounding (FP32: a cell of mass 3e-8
     # beside the domain's side had its barycentre 2.5e-5 outside)
-    bary = xp.where(has_mass[:, None], xp.minimum(xp.maximum(bary, prob.lo[None, :]), prob.hi[None, :]), bary)
+    if prob.period is None:     # (on a torus, next to the Dirac: it may be beyond a side)
+        bary = xp.where(has_mass[:, None], xp.minimum(xp.maximum(bary, prob.lo[None, :]), prob.hi[None, :]), bary)
     group_mass = xp.take(targets, rep)
     share = xp.where(group_mass > 0, masses / xp.where(group_mass > 0, group_mass, 1.0), 0.0)
     cell_masses = xp.take(g, rep) * share

@@ -42,7 +42,8 @@ class Linearization(NamedTuple):
     """A solved problem, what its derivatives need (a pytree of arrays): the inputs
     (``seeds``, ``masses``, the density ``values`` on ``[lo, hi]``), the optimal ``cells``,
     their ``moments`` (n, d + 2) and Newton-matrix ``facet`` integrals, the weights ``psi``
-    (mean 0 over the active Diracs), the duplicate groups ``rep``, ``active``, ``targets``."""
+    (mean 0 over the active Diracs), the duplicate groups ``rep``, ``active``, ``targets``; on a
+    periodic domain the ``sites`` of the cells and the seed of each (``owner``, :mod:`.periodic`)."""
 
     seeds: object
     masses: object
@@ -56,6 +57,8 @@ class Linearization(NamedTuple):
     rep: object
     active: object
     targets: object
+    sites: object = None
+    owner: object = None
 
 
 class Facets(NamedTuple):
@@ -75,6 +78,10 @@ class Facets(NamedTuple):
 
 def facets(xp, lin):
     """The :class:`Facets` of ``lin``'s cells (eagerly the slots with a neighbour only)."""
+    if lin.sites is not None:
+        raise NotImplementedError("the derivatives of the plan's barycentres, potentials and cell masses (and the "
+                                  "second derivatives of W2^2) are not implemented on a periodic domain yet; the "
+                                  "first derivatives of W2^2 are")
     f0, f1, f2 = _density(lin, lin.values).facet_moments(xp, lin.seeds, lin.cells)
     n, cap = lin.cells.labels.shape
     d = lin.seeds.shape[1]
