@@ -1,0 +1,237 @@
+"""Periodic domains (``metric=PeriodicMetric``): the C++ solver's periodic reference values, closed
+forms on lattices, invariance under translations of the torus, the plane's answer where no cell
+reaches a side, and derivatives across a side."""
+import numpy as np
+import pytest
+
+import sdot
+from sdot.metrics import Norm2, PeriodicMetric
+
+#: ../shared/reference/README.md, periodic domains (the C++ solver's periodic mode, masses to 1e-11).
+REF_TORUS_GAUSS_CORNER = 0.06476906197871544
+REF_TORUS3D_BOX = 0.00654279036561948
+
+TORUS2 = PeriodicMetric(Norm2(), [1.0, 1.0])
+TORUS3 = PeriodicMetric(Norm2(), [1.0, 1.0, 1.0])
+
+#: What the periodic solve runs on (eagerly; traced arrays and the compiled route refuse).
+EAGER = pytest.mark.only_backends("numpy", "torch", "jax", "array_api_strict",
+                                  reason="periodic domains are solved eagerly (jax.jit refuses: tested below)")
+
+
+def gauss_corner(n=64):
+    """image_gauss_corner64 (tests/data/README.md): ``exp(-d^2 / (2 * 0.12^2))`` at the pixel
+    centres, ``d`` the torus distance to (0.9, 0.1): it wraps around the corner."""
+    c = (np.arange(n) + 0.5) / n
+    x, y = np.meshgrid(c, c, indexing="ij")
+    dx, dy = np.abs(x - 0.9), np.abs(y - 0.1)
+    dx, dy = np.minimum(dx, 1 - dx), np.minimum(dy, 1 - dy)
+    return np.exp(-(dx * dx + dy * dy) / (2 * 0.12 ** 2))
+
+
+def distance(backend, points, values, metric, **options):
+    return float(sdot.distance(sdot.SumOfDiracs(backend.asarray(points)), sdot.Grid(backend.asarray(values)),
+                               metric=metric, **options))
+
+
+@pytest.mark.only_backends("numpy", "torch", "jax", reason="the reference case per framework (array_api_strict: "
+                                                              "below, smaller)")
+def test_torus_reference_2d(backend):
+    """torus-gauss-corner-1e3: a Gaussian that wraps around the corner of the unit square."""
+    points, image = np.random.default_rng(7311).random((1000, 2)), gauss_corner()
+    w = distance(backend, points, image, TORUS2, tol=1e-11)
+    assert w == pytest.approx(REF_TORUS_GAUSS_CORNER, rel=1e-9)
+    # the plane's cells cannot reach across a side: a larger value
+    assert distance(backend, points, image, None) > 2 * w
+
+
+@pytest.mark.only_backends("numpy", "torch", "jax", reason="one 3D case per framework")
+def test_torus_reference_3d(backend):
+    """torus3d-box-500: 500 Diracs against the uniform density of the unit cube, periodic on every axis."""
+    w = distance(backend, np.random.default_rng(7312).random((500, 3)), np.ones((1, 1, 1)), TORUS3, tol=1e-11)
+    assert w == pytest.approx(REF_TORUS3D_BOX, rel=1e-9)
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_a_translated_lattice_keeps_its_cells(numpy_driver, dim):
+    """Diracs on a k^d lattice translated by any vector, against the uniform density: every cell
+    is a cube of side a = 1/k about its Dirac, W2^2 = d a^2 / 12, whatever the translation (the
+    plane's, for the same points, is larger: the cells at the sides are cut)."""
+    k = 6 if dim == 2 else 4
+    axes = np.meshgrid(*[np.arange(k)] * dim, indexing="ij")
+    lattice = (np.stack([a.ravel() for a in axes], axis=1) + 0.5) / k
+    shift = np.random.default_rng(dim).random(dim)
+    points = lattice + shift            # beyond the box: folded onto the torus
+    metric = PeriodicMetric(Norm2(), [1.0] * dim)
+    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(points), sdot.Grid(np.ones((1,) * dim)), metric=metric,
+                                       tol=1e-12)
+    assert float(plan.distance) == pytest.approx(dim / (12 * k * k), rel=1e-10)
+    # barycentres next to their Dirac (unfolded), each the Dirac itself
+    assert np.asarray(plan.barycenters) == pytest.approx(points, abs=1e-10)
+    assert np.asarray(plan.cell_masses) == pytest.approx(np.full(k ** dim, k ** -dim), abs=1e-12)
+    plane = float(sdot.distance(sdot.SumOfDiracs(np.mod(points, 1.0)), sdot.Grid(np.ones((1,) * dim))))
+    assert plane > 1.2 * dim / (12 * k * k)
+
+
+@EAGER
+def test_translating_diracs_and_density_together_changes_nothing(backend):
+    """A translation of the torus by whole pixels: the image rolled, the Diracs moved alike."""
+    rng = np.random.default_rng(11)
+    points = rng.random((60, 2))
+    image = 0.2 + gauss_corner(16)
+    w = distance(backend, points, image, TORUS2, tol=1e-12)
+    shift = np.array([5, 11])
+    moved = distance(backend, points + shift / 16.0, np.roll(image, tuple(shift), axis=(0, 1)), TORUS2, tol=1e-12)
+    assert moved == pytest.approx(w, rel=1e-12)
+
+
+def test_the_cylinder_is_periodic_along_one_axis(numpy_driver):
+    """Period on x only: a lattice translated along x keeps its square cells, along y it does not."""
+    k = 5
+    axes = np.meshgrid(np.arange(k), np.arange(k), indexing="ij")
+    lattice = (np.stack([a.ravel() for a in axes], axis=1) + 0.5) / k
+    cylinder = PeriodicMetric(Norm2(), [1.0, None])
+    uniform = sdot.Grid(np.ones((1, 1)))
+    along_x = float(sdot.distance(sdot.SumOfDiracs(lattice + [0.37, 0.0]), uniform, metric=cylinder, tol=1e-12))
+    assert along_x == pytest.approx(2 / (12 * k * k), rel=1e-10)
+    along_y = float(sdot.distance(sdot.SumOfDiracs(lattice + [0.0, 0.05]), uniform, metric=cylinder, tol=1e-12))
+    assert along_y > 1.01 * 2 / (12 * k * k)
+    torus = float(sdot.distance(sdot.SumOfDiracs(lattice + [0.0, 0.05]), uniform, metric=TORUS2, tol=1e-12))
+    assert torus == pytest.approx(2 / (12 * k * k), rel=1e-10)
+
+
+def test_far_from_the_sides_the_torus_is_the_plane(numpy_driver):
+    """Diracs and density (zero near the sides) in the middle of the box: no cell reaches a side
+    at the optimum, the periodic answer is the plane's (a zero region: through the continuation)."""
+    rng = np.random.default_rng(5)
+    points = 0.3 + 0.4 * rng.random((200, 2))
+    image = np.zeros((32, 32))
+    image[10:22, 8:24] = 1.0 + rng.random((12, 16))
+    source, target = sdot.SumOfDiracs(points), sdot.Grid(image)
+    torus = sdot.optimal_transport_plan(source, target, metric=TORUS2, tol=1e-11)
+    plane = sdot.optimal_transport_plan(source, target, tol=1e-11)
+    assert float(torus.distance) == pytest.approx(float(plane.distance), rel=1e-9)
+    assert np.asarray(torus.barycenters) == pytest.approx(np.asarray(plane.barycenters), abs=1e-8)
+
+
+def test_diracs_moved_by_periods_give_the_same_plan(numpy_driver):
+    points = np.random.default_rng(2).random((200, 2))
+    periods = np.random.default_rng(3).integers(-3, 4, size=(200, 2))
+    image = 0.5 + gauss_corner()
+    a = sdot.optimal_transport_plan(sdot.SumOfDiracs(points), sdot.Grid(image), metric=TORUS2, tol=1e-12)
+    b = sdot.optimal_transport_plan(sdot.SumOfDiracs(points + periods), sdot.Grid(image), metric=TORUS2, tol=1e-12)
+    assert float(b.distance) == pytest.approx(float(a.distance), rel=1e-12)
+    assert np.asarray(b.barycenters) == pytest.approx(np.asarray(a.barycenters) + periods, abs=1e-9)
+
+
+def test_gradient_across_a_side_against_finite_differences(numpy_driver):
+    """``dW/dy_i = 2 m_i (y_i - b_i)`` for a Dirac on either side of x = 0 (folded to x = 1):
+    central differences agree, and the gradient is continuous across the side."""
+    points = np.random.default_rng(7311).random((300, 2))
+    points[0] = [0.002, 0.4]
+    image = gauss_corner()
+
+    def w(p):
+        return float(sdot.distance(sdot.SumOfDiracs(p), sdot.Grid(image), metric=TORUS2, tol=1e-13))
+
+    grads = []
+    for x0 in (0.002, -0.002):
+        p = points.copy()
+        p[0, 0] = x0
+        plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(p), sdot.Grid(image), metric=TORUS2, tol=1e-13)
+        g = 2 / len(p) * (p[0] - np.asarray(plan.barycenters)[0])
+        h = 1e-6
+        for axis in (0, 1):
+            up, down = p.copy(), p.copy()
+            up[0, axis] += h
+            down[0, axis] -= h
+            assert g[axis] == pytest.approx((w(up) - w(down)) / (2 * h), rel=1e-5, abs=1e-9)
+        grads.append(g)
+    assert grads[0] == pytest.approx(grads[1], rel=0.1)
+
+
+@pytest.mark.only_backends("torch", reason="torch's autograd against JAX's grad")
+def test_torch_and_jax_gradients_agree(backend):
+    import jax
+    import torch
+
+    points = np.random.default_rng(9).random((200, 2))
+    image = 0.1 + gauss_corner()
+    x = torch.tensor(points, requires_grad=True)
+    masses = torch.full((200,), 1.0, dtype=torch.float64, requires_grad=True)
+    values = torch.tensor(image, requires_grad=True)
+    w = sdot.distance(sdot.SumOfWeightedDiracs(x, masses), sdot.Grid(values), metric=TORUS2, tol=1e-12)
+    w.backward()
+    grads = jax.grad(lambda *a: sdot.distance(sdot.SumOfWeightedDiracs(a[0], a[1]), sdot.Grid(a[2]), metric=TORUS2,
+                                              tol=1e-12), argnums=(0, 1, 2))(
+        jax.numpy.asarray(points), jax.numpy.ones(200), jax.numpy.asarray(image))
+    for t, j in zip((x.grad, masses.grad, values.grad), grads):
+        assert t.numpy() == pytest.approx(np.asarray(j), rel=1e-8, abs=1e-12)
+
+
+def test_value_gradient_against_finite_differences(numpy_driver):
+    """``dW/drho`` (through :meth:`OtPlan.vjp`, the masses and density normalised) along a random
+    change of the pixel values, against central differences."""
+    rng = np.random.default_rng(4)
+    points = rng.random((100, 2))
+    image = 0.5 + rng.random((8, 8))
+    direction = rng.standard_normal((8, 8))
+
+    def w(v):
+        return float(sdot.distance(sdot.SumOfDiracs(points), sdot.Grid(v), metric=TORUS2, tol=1e-13))
+
+    torch = pytest.importorskip("torch")
+    values = torch.tensor(image, requires_grad=True)
+    sdot.distance(sdot.SumOfDiracs(torch.tensor(points)), sdot.Grid(values), metric=TORUS2, tol=1e-13).backward()
+    h = 1e-6
+    fd = (w(image + h * direction) - w(image - h * direction)) / (2 * h)
+    assert float((values.grad.numpy() * direction).sum()) == pytest.approx(fd, rel=1e-6)
+
+
+def test_the_plot_draws_the_pieces(numpy_driver):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    points = np.random.default_rng(1).random((50, 2))
+    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(points), sdot.Grid(np.ones((1, 1))), metric=TORUS2)
+    ax = plan.power_diagram.plot()
+    segments = ax.collections[0].get_segments()
+    inside = np.concatenate(segments)
+    assert inside.min() >= -1e-12 and inside.max() <= 1 + 1e-12     # wrapped in the domain
+    assert len(ax.lines[0].get_xdata()) == 50
+    with pytest.raises(NotImplementedError, match="pieces"):
+        plan.power_diagram.cells
+
+
+def test_clear_errors(numpy_driver):
+    points = np.random.default_rng(0).random((20, 2))
+    source, target = sdot.SumOfDiracs(points), sdot.Grid(np.ones((4, 4)))
+    with pytest.raises(ValueError, match="period must equal the domain"):
+        sdot.distance(source, target, metric=PeriodicMetric(Norm2(), [2.0, 1.0]))
+    with pytest.raises(ValueError, match="2 periods for a 3D"):
+        sdot.distance(sdot.SumOfDiracs(np.random.default_rng(0).random((20, 3))), sdot.Grid(np.ones((2, 2, 2))),
+                      metric=TORUS2)
+    with pytest.raises(TypeError, match="metric must be"):
+        sdot.distance(source, target, metric="torus")
+    with pytest.raises(ValueError, match="> 0 or None"):
+        PeriodicMetric(Norm2(), [0.0, 1.0])
+    with pytest.raises(ValueError, match="at least one axis"):
+        PeriodicMetric(Norm2(), [None, None])
+    with pytest.raises(NotImplementedError, match="partial transport"):
+        sdot.distance(source, sdot.Grid(np.ones((4, 4)), mass=2.0), metric=TORUS2)
+    with pytest.raises(NotImplementedError, match="1D"):
+        sdot.distance(sdot.SumOfDiracs1d(points[:, 0]), sdot.Grid(np.ones(4)), metric=PeriodicMetric(Norm2(), [1.0]))
+    plan = sdot.optimal_transport_plan(source, target, metric=TORUS2)
+    with pytest.raises(NotImplementedError, match="periodic domain"):
+        plan.vjp(barycenters=np.ones((20, 2)))
+    # Norm2 is the default
+    assert float(sdot.distance(source, target, metric=Norm2())) == float(sdot.distance(source, target))
+
+
+@pytest.mark.only_backends("jax", reason="jax.jit refuses clearly")
+def test_jit_refuses_clearly(backend):
+    import jax
+
+    points, image = jax.numpy.asarray(np.random.default_rng(0).random((20, 2))), jax.numpy.ones((4, 4))
+    with pytest.raises(NotImplementedError, match="jax.jit"):
+        jax.jit(lambda p: sdot.distance(sdot.SumOfDiracs(p), sdot.Grid(image), metric=TORUS2))(points)
