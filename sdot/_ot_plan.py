@@ -100,7 +100,7 @@ class OtPlan(JaxPytree):
         """NumPy's reverse-mode derivative: the cotangents of the inputs (a dict: ``positions``,
         ``weights``, ``values``, ``domain`` as ``(lo, hi)``) of cotangents of the outputs (None
         for zero); see :meth:`jvp`. Of a partial transport plan: of a cotangent of ``distance``
-        alone, and ``domain`` None (not computed yet)."""
+        alone, and ``domain`` None (not computed yet), as on a periodic domain (``metric=PeriodicMetric``)."""
         norm = self._normaliser("vjp")
         lin = norm.lin
         zero = lambda shape: np.zeros(shape, dtype=lin.seeds.dtype)        # noqa: E731
@@ -108,10 +108,11 @@ class OtPlan(JaxPytree):
         cts = [np.asarray(c, dtype=lin.seeds.dtype) if c is not None else zero(shape)
                for c, shape in zip((barycenters, brenier_potential, cell_masses, distance), ((n, d), (n,), (n,), ()))]
         rule = self._rules()
-        grads = rule.vjp(lin, (cts[3],) + tuple(cts[:3]), (True,) * 5)
+        # (the domain's derivative of a partial plan, or on a periodic domain: not yet)
+        no_domain = getattr(self.power_diagram, "capped", False) or getattr(lin, "sites", None) is not None
+        grads = rule.vjp(lin, (cts[3],) + tuple(cts[:3]), (True,) * 3 + (not no_domain,) * 2)
         positions, weights, values, lo, hi = norm.backward(*grads)
-        partial = getattr(self.power_diagram, "capped", False)      # (its domain's derivative: not yet)
-        return dict(positions=positions, weights=weights, values=values, domain=None if partial else (lo, hi))
+        return dict(positions=positions, weights=weights, values=values, domain=None if no_domain else (lo, hi))
 
     def _normaliser(self, what):
         if self._normalisation is None and getattr(self.distance, "ndim", 0) == 1:

@@ -169,6 +169,53 @@ def test_torch_and_jax_gradients_agree(backend):
         assert t.numpy() == pytest.approx(np.asarray(j), rel=1e-8, abs=1e-12)
 
 
+def test_plan_derivatives_against_finite_differences(numpy_driver):
+    """The plan's arrays (barycentres next to their Diracs, potentials, cell masses) along a
+    change of positions (a Dirac across x = 0 included), weights and pixel values."""
+    rng = np.random.default_rng(4)
+    points, weights, image = rng.random((100, 2)), 0.5 + rng.random(100), 0.3 + rng.random((8, 8))
+    points[0] = [0.001, 0.5]
+    dy, dm, dv = rng.standard_normal((100, 2)), rng.standard_normal(100), rng.standard_normal((8, 8))
+
+    def plan(t):
+        return sdot.optimal_transport_plan(sdot.SumOfWeightedDiracs(points + t * dy, weights + t * dm),
+                                           sdot.Grid(image + t * dv), metric=TORUS2, tol=1e-13)
+    tangent = plan(0.0).jvp(positions=dy, weights=dm, values=dv)
+    h = 1e-6
+    up, down = plan(h), plan(-h)
+    for name in ("distance", "barycenters", "brenier_potential", "cell_masses"):
+        fd = (np.asarray(getattr(up, name)) - np.asarray(getattr(down, name))) / (2 * h)
+        assert np.asarray(tangent[name]) == pytest.approx(fd, rel=1e-5, abs=1e-6 * np.abs(fd).max()), name
+    # the reverse mode is its transpose
+    cb = rng.standard_normal((100, 2))
+    back = plan(0.0).vjp(barycenters=cb)
+    pairing = (back["positions"] * dy).sum() + (back["weights"] * dm).sum() + (back["values"] * dv).sum()
+    assert pairing == pytest.approx((cb * np.asarray(tangent["barycenters"])).sum(), rel=1e-10)
+
+
+@pytest.mark.only_backends("torch", reason="torch's double backward against finite differences and JAX")
+def test_second_derivatives(backend):
+    import jax
+    import torch
+
+    rng = np.random.default_rng(6)
+    points, image, dy = rng.random((100, 2)), 0.3 + rng.random((8, 8)), rng.standard_normal((100, 2))
+
+    def grad(p, create_graph=False):
+        x = torch.tensor(p, requires_grad=True)
+        w = sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(torch.tensor(image)), metric=TORUS2, tol=1e-13)
+        return x, torch.autograd.grad(w, x, create_graph=create_graph)[0]
+    x, g = grad(points, create_graph=True)
+    hv = torch.autograd.grad((g * torch.tensor(dy)).sum(), x)[0].numpy()
+    h = 1e-6
+    fd = (grad(points + h * dy)[1].numpy() - grad(points - h * dy)[1].numpy()) / (2 * h)
+    assert hv == pytest.approx(fd, rel=1e-4, abs=1e-6 * np.abs(fd).max())     # (h^2 terms: two close Diracs)
+    f = lambda p: sdot.distance(sdot.SumOfDiracs(p), sdot.Grid(jax.numpy.asarray(image)), metric=TORUS2,  # noqa: E731
+                                tol=1e-13)
+    hj = jax.jvp(jax.grad(f), (jax.numpy.asarray(points),), (jax.numpy.asarray(dy),))[1]
+    assert np.asarray(hj) == pytest.approx(hv, rel=1e-9, abs=1e-12)
+
+
 def test_value_gradient_against_finite_differences(numpy_driver):
     """``dW/drho`` (through :meth:`OtPlan.vjp`, the masses and density normalised) along a random
     change of the pixel values, against central differences."""
@@ -222,8 +269,9 @@ def test_clear_errors(numpy_driver):
     with pytest.raises(NotImplementedError, match="1D"):
         sdot.distance(sdot.SumOfDiracs1d(points[:, 0]), sdot.Grid(np.ones(4)), metric=PeriodicMetric(Norm2(), [1.0]))
     plan = sdot.optimal_transport_plan(source, target, metric=TORUS2)
-    with pytest.raises(NotImplementedError, match="periodic domain"):
-        plan.vjp(barycenters=np.ones((20, 2)))
+    assert plan.vjp(barycenters=np.ones((20, 2)))["domain"] is None
+    with pytest.raises(NotImplementedError, match="domain"):
+        plan.jvp(domain=(np.zeros(2), np.ones(2)))
     # Norm2 is the default
     assert float(sdot.distance(source, target, metric=Norm2())) == float(sdot.distance(source, target))
 

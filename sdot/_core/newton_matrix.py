@@ -12,7 +12,8 @@ import array_api_compat as aac
 from . import _compat, periodic, row_blocks
 
 
-def newton_direction(xp, prob, ev, active, rhs, regularisation, solver, rtol=None, fresh=None, gauge=None):
+def newton_direction(xp, prob, ev, active, rhs, regularisation, solver, rtol=None, fresh=None, gauge=None,
+                     sites=None):
     """Solve ``DG d = rhs`` (sparse weighted Laplacian, regularised by
     :func:`regularised_diagonal`), to a relative residual ``rtol`` with the ``solver`` (see
     :class:`.linear_solvers.LinearSolver`), in the gauge where ``d`` has mean 0 over the ``gauge``
@@ -23,11 +24,16 @@ def newton_direction(xp, prob, ev, active, rhs, regularisation, solver, rtol=Non
     total) is removed first, and so is the mean of ``d`` after the solve.
     Otherwise the regulariser turns a rounding error of ``sum(rhs)`` into a
     huge constant shift of the weights, which costs FP32 all its precision.
+
+    On a periodic domain (:mod:`.periodic`), ``ev``'s cells are those of the sites ``(sites,
+    owner)`` (the seeds and their images; found from ``prob.period`` if None).
     """
-    if prob.period is None:
+    if prob.period is not None and sites is None:
+        sites = periodic.sites(xp, prob.seeds, prob.period, periodic.table_of(xp, prob), ev.cells.labels.shape[0])
+    if sites is None:
         rows, cols, w, diag, rhs = _laplacian(xp, prob.seeds, ev.cells, ev.facet, active, rhs, regularisation)
     else:
-        rows, cols, w, diag, rhs = _periodic_laplacian(xp, prob, ev, active, rhs, regularisation)
+        rows, cols, w, diag, rhs = _periodic_laplacian(xp, *sites, ev, active, rhs, regularisation)
     d = solver.solve(xp, rows, cols, w, diag, rhs, rtol, points=prob.seeds, fresh=fresh)
     return _centred(xp, d, active, active if gauge is None else gauge)
 
@@ -82,12 +88,11 @@ def _laplacian(xp, seeds, cells, facet, active, rhs, regularisation):
     return (rows, cols, w) + _regularised(xp, diag, active, rhs, regularisation)
 
 
-def _periodic_laplacian(xp, prob, ev, active, rhs, regularisation):
-    """:func:`_laplacian` on a periodic domain: the sites' entries folded onto the seeds
-    (:func:`.periodic.folded_entries`)."""
-    sites, owner = periodic.sites(xp, prob.seeds, prob.period, periodic.table_of(xp, prob), ev.cells.labels.shape[0])
+def _periodic_laplacian(xp, sites, owner, ev, active, rhs, regularisation):
+    """:func:`_laplacian` on a periodic domain: the entries of the ``sites`` folded onto the
+    seeds (their ``owner``, :func:`.periodic.folded_entries`)."""
     rows, cols, w = periodic.folded_entries(xp, *_facet_entries(xp, sites, ev.cells, ev.facet), owner)
-    diag = _compat.segment_sum(xp, w, rows, prob.seeds.shape[0])
+    diag = _compat.segment_sum(xp, w, rows, active.shape[0])
     return (rows, cols, w) + _regularised(xp, diag, active, rhs, regularisation)
 
 

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import array_api_compat as aac
 
-from . import _compat, evaluation, newton_matrix
+from . import _compat, evaluation, newton_matrix, periodic
 from .density import grid_density
 from .gradients import GradientState, gradients
 
@@ -78,11 +78,8 @@ class Facets(NamedTuple):
 
 def facets(xp, lin):
     """The :class:`Facets` of ``lin``'s cells (eagerly the slots with a neighbour only)."""
-    if lin.sites is not None:
-        raise NotImplementedError("the derivatives of the plan's barycentres, potentials and cell masses (and the "
-                                  "second derivatives of W2^2) are not implemented on a periodic domain yet; the "
-                                  "first derivatives of W2^2 are")
-    f0, f1, f2 = _density(lin, lin.values).facet_moments(xp, lin.seeds, lin.cells)
+    sites = _sites(lin)
+    f0, f1, f2 = _density(lin, lin.values).facet_moments(xp, sites, lin.cells)
     n, cap = lin.cells.labels.shape
     d = lin.seeds.shape[1]
     is_facet = xp.reshape((lin.cells.labels >= 0) & (f0 != 0), (-1,))
@@ -90,12 +87,36 @@ def facets(xp, lin):
     valid = valid & xp.take(is_facet, slot)
     row = slot // cap
     col = xp.where(valid, xp.take(xp.reshape(lin.cells.labels, (-1,)), slot), row)
-    e = xp.take(lin.seeds, col, axis=0) - xp.take(lin.seeds, row, axis=0)
+    e = xp.take(sites, col, axis=0) - xp.take(sites, row, axis=0)
     dist = xp.where(valid, xp.sqrt(_compat.dot(e, e)), 1.0)
     keep = lambda a, shape: xp.where(xp.reshape(valid, (-1,) + (1,) * (len(shape) - 1)),  # noqa: E731
                                      xp.take(xp.reshape(a, (n * cap,) + shape[1:]), slot, axis=0), 0.0)
+    if lin.owner is not None:       # a periodic domain: the facets of the sites are the seeds' (moments about the site)
+        row, col = xp.take(lin.owner, row), xp.take(lin.owner, col)
     return Facets(row, col, valid, e, dist, keep(f0, (n * cap,)), keep(f1, (n * cap, d)),
                   keep(f2, (n * cap, d, d)))
+
+
+def _sites(lin):
+    """The sites of ``lin``'s cells: the seeds, or on a periodic domain the seeds and their images."""
+    return lin.seeds if lin.sites is None else lin.sites
+
+
+def _cell_moments(xp, lin, values):
+    """Per Dirac ``int_{L_i} (1, u) rho`` of the density of ``values`` (on a periodic domain,
+    summed over the Dirac's sites, :mod:`.periodic`)."""
+    mom = _density(lin, values).integrals(xp, _sites(lin), lin.cells)[0]
+    return mom if lin.owner is None else periodic.folded_rows(xp, mom, lin.owner, lin.seeds.shape[0])
+
+
+def _state(lin):
+    return GradientState(lin.cells, lin.moments, lin.psi, lin.rep, lin.active, lin.targets, lin.sites, lin.owner)
+
+
+def _no_periodic_domain_motion(lin, dlo, dhi):
+    if lin.sites is not None and (dlo is not None or dhi is not None):
+        raise NotImplementedError("derivatives with respect to the grid's domain are not implemented on a periodic "
+                                  "domain (metric=PeriodicMetric) yet: the period moves with it")
 
 
 class Tangents(NamedTuple):
@@ -137,11 +158,12 @@ def _solve(xp, lin, rhs, solver, fresh=True):
     ``solver`` holds nothing of this problem (else its kept factors may precondition)."""
     prob = evaluation.Problem(lin.seeds, None, None)
     ev = evaluation.Evaluation(lin.cells, lin.moments, lin.facet)
+    sites = None if lin.sites is None else (lin.sites, lin.owner)
     reg = REGULARISATION[8 if lin.seeds.dtype == xp.float64 else 4]
     rtol = xp.asarray(1e-13 if lin.seeds.dtype == xp.float64 else 1e-6, dtype=lin.seeds.dtype,
                       device=aac.device(lin.seeds))
     return newton_matrix.newton_direction(xp, prob, ev, lin.active, rhs, reg, solver, rtol=rtol,
-                                   fresh=xp.asarray(fresh, device=aac.device(lin.seeds)))
+                                   fresh=xp.asarray(fresh, device=aac.device(lin.seeds)), sites=sites)
 
 
 def _density(lin, values):
@@ -153,6 +175,7 @@ def tangents(xp, lin, fac, dx, solver, wanted=Tangents(True, True, True, True, T
     tangents ``dx`` (:class:`Inputs`); ``fac`` the :func:`facets` of ``lin``; the sparse solve
     by ``solver`` (``fresh``: see :func:`_solve`)."""
     n, d = lin.seeds.shape
+    _no_periodic_domain_motion(lin, dx.lo, dx.hi)
     share, group = _shares(xp, lin)
     g, r = lin.moments[:, 0], lin.moments[:, 1:d + 1]
     dy = _zeros(xp, lin, (n, d)) if dx.seeds is None else dx.seeds
@@ -163,7 +186,7 @@ def tangents(xp, lin, fac, dx, solver, wanted=Tangents(True, True, True, True, T
     # sources: the density's change, the box's
     src_g, src_r = _zeros(xp, lin, (n,)), _zeros(xp, lin, (n, d))
     if dx.values is not None:
-        mom = _density(lin, dx.values).integrals(xp, lin.seeds, lin.cells)[0]
+        mom = _cell_moments(xp, lin, dx.values)
         src_g, src_r = src_g + mom[:, 0], src_r + mom[:, 1:d + 1]
     v0, rate = _box_motion(xp, lin, dx)
     vy = v0[None, :] + rate[None, :] * (lin.seeds - lin.lo[None, :])        # V(y_i)
@@ -210,14 +233,18 @@ def _box_motion(xp, lin, dx):
 
 
 def _polynomial_integrals(xp, lin, coef):
-    return _density(lin, lin.values).polynomial_integrals(xp, lin.seeds, lin.cells, coef)
+    """Per pixel the integral of the polynomial of coefficients ``coef`` (n, k) of each Dirac
+    (:func:`.planar.sensitivity.polynomial_integrals`; on a periodic domain, on every site)."""
+    if lin.owner is not None:
+        coef = xp.take(coef, lin.owner, axis=0)
+    return _density(lin, lin.values).polynomial_integrals(xp, _sites(lin), lin.cells, coef)
 
 
 def _distance_tangent(xp, lin, dx, dy, dm, vy, rate, tr):
     """``dW``: the first derivatives of :mod:`.gradients` along ``dx``, and the box's term
     ``tr(s') int phi rho + sum_i int_{L_i} 2 u.V rho``."""
     n, d = lin.seeds.shape
-    state = GradientState(lin.cells, lin.moments, lin.psi, lin.rep, lin.active, lin.targets)
+    state = _state(lin)
     needs = (dx.seeds is not None, dx.masses is not None, dx.values is not None)
     gy, gm, grho = gradients(xp, lin.seeds, lin.masses, _density(lin, lin.values), state, needs)
     total = xp.zeros((), dtype=lin.seeds.dtype, device=aac.device(lin.seeds))
@@ -279,6 +306,7 @@ def cotangents(xp, lin, fac, ct, solver, wanted=Inputs(True, True, True, True, T
     """The transpose of :func:`tangents`: the input cotangents (:class:`Inputs`, those
     ``wanted``) of the output cotangents ``ct`` (:class:`Tangents`)."""
     n, d = lin.seeds.shape
+    _no_periodic_domain_motion(lin, wanted.lo, wanted.hi)
     share, group = _shares(xp, lin)
     g, r = lin.moments[:, 0], lin.moments[:, 1:d + 1]
     c_dy, c_dY, c_dR = (_zeros(xp, lin, (n, d)) for _ in range(3))
@@ -305,7 +333,7 @@ def cotangents(xp, lin, fac, ct, solver, wanted=Inputs(True, True, True, True, T
         c_dT = c_dT + _compat.segment_sum(xp, ct.cell_masses * share * (1.0 - g_rep / safe_group), lin.rep, n)
         c_dm = c_dm + xp.where(group > 0, ct.cell_masses * g_rep / safe_group, 0.0)
     if ct.distance is not None:
-        state = GradientState(lin.cells, lin.moments, lin.psi, lin.rep, lin.active, lin.targets)
+        state = _state(lin)
         needs = (wanted.seeds is not None, wanted.masses is not None, wanted.values is not None)
         gy, gm, grho = gradients(xp, lin.seeds, lin.masses, _density(lin, lin.values), state, needs)
         c_dy = c_dy if gy is None else c_dy + ct.distance * gy
@@ -319,7 +347,7 @@ def cotangents(xp, lin, fac, ct, solver, wanted=Inputs(True, True, True, True, T
             q = _axis_second_moments(xp, lin)
             c_rate = c_rate + ct.distance * 2.0 * xp.sum(xp.where(live[:, None], q, 0.0), axis=0)
     if ct.potential is not None:
-        mom = _density(lin, ct.potential).integrals(xp, lin.seeds, lin.cells)[0]
+        mom = _cell_moments(xp, lin, ct.potential)
         c_dpsi = c_dpsi - mom[:, 0]
         c_dY = c_dY - 2.0 * mom[:, 1:d + 1]
     # dR = sum_F (w0 f1 + f2 w1) - g dY + src_r
