@@ -182,8 +182,9 @@ def check_metric(metric):
 
 def with_metric(xp, prob, metric, partial):
     """``prob`` with the period of each axis of a periodic ``metric`` (:mod:`._core.periodic`),
-    where that is solved: eagerly (NumPy, torch, array_api_strict, concrete JAX), in 2D and 3D,
-    balanced transport. Otherwise a ``NotImplementedError`` that says what is supported."""
+    where that is solved: on the host (NumPy, torch, array_api_strict, JAX on the CPU, eagerly
+    or by the callback under ``jax.jit``: :mod:`._routes`), in 2D and 3D, balanced transport.
+    Otherwise a ``NotImplementedError`` that says what is supported."""
     if not check_metric(metric):
         return prob
     dim = prob.seeds.shape[1]
@@ -192,14 +193,20 @@ def with_metric(xp, prob, metric, partial):
         where = "in 1D (the circle)"
     elif partial:
         where = "for partial transport (a target heavier than the source)"
-    elif aac.is_jax_namespace(xp) and _driver.host_views(prob.seeds, prob.masses, *prob.density) is None:
-        where = "on traced JAX arrays (under jax.jit, vmap or scan) or a JAX device other than the CPU"
     elif not aac.is_jax_namespace(xp) and _autodiff.transformed(prob.seeds, prob.masses, *prob.density):
         where = "under torch.func transforms"
     if where is not None:
-        raise NotImplementedError(f"metric=PeriodicMetric is not supported {where} yet; it is solved eagerly in 2D "
-                                  "and 3D (NumPy, torch, array_api_strict, JAX on the CPU outside jit, jax.grad included)")
-    lo, hi = (np.asarray(_driver._to_host(_autodiff.detach(a)), dtype=np.float64) for a in (prob.lo, prob.hi))
-    period = metrics.periods(metric, lo.tolist(), hi.tolist())
+        raise NotImplementedError(f"metric=PeriodicMetric is not supported {where} yet; it is solved on the host in "
+                                  "2D and 3D (NumPy, torch, array_api_strict, JAX on the CPU, jax.jit included)")
+    lo, hi = (_autodiff.detach(a) for a in (prob.lo, prob.hi))
+    if _driver.is_tracer(lo) or _driver.is_tracer(hi):     # traced domain: the metric's periods, unchecked
+        period = [0.0 if p is None else p for p in metric.period]
+        if len(period) != dim:
+            raise ValueError(f"PeriodicMetric has {len(period)} periods for a {dim}D problem")
+    else:
+        lo, hi = (np.asarray(_driver._to_host(a), dtype=np.float64).tolist() for a in (lo, hi))
+        period = metrics.periods(metric, lo, hi)
     like = _autodiff.detach(prob.lo)
-    return prob._replace(period=xp.asarray(period, dtype=like.dtype, device=aac.device(like)))
+    if aac.is_jax_namespace(xp):        # solved on the host (:mod:`._jax_host`): constants, never traced
+        return prob._replace(period=np.asarray(period, dtype=np.dtype(like.dtype)))
+    return prob._replace(period=xp.asarray(np.asarray(period), dtype=like.dtype, device=aac.device(like)))

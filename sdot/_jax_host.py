@@ -28,7 +28,7 @@ import array_api_compat as aac
 import numpy as np
 
 from . import _autodiff, _differentiable, _driver
-from ._core import _compat, evaluation, plan, sensitivity
+from ._core import _compat, evaluation, periodic, plan, sensitivity
 from ._host.threads import HOST_THREAD, settings as host_settings
 
 
@@ -135,13 +135,20 @@ def _nbytes(obj) -> int:
 
 class Spec(NamedTuple):
     """What the callbacks of one traced solve need to know statically: the number ``n`` of
-    Diracs, the dimension ``d``, the ``values`` shape and kind of the density, the dtype."""
+    Diracs, the dimension ``d``, the ``values`` shape and kind of the density, the dtype, the
+    periods of a periodic domain (:mod:`._core.periodic`) or None."""
 
     n: int
     d: int
     values: tuple
     kind: type
     dtype: object
+    period: tuple = None
+
+    def problem(self, seeds, masses, density):
+        """The host problem of these NumPy arrays."""
+        period = None if self.period is None else np.asarray(self.period, dtype=self.dtype)
+        return evaluation.Problem(np.array(seeds), np.array(masses), self.kind(*map(np.array, density)), period)
 
     def shape(self, name):
         return {"barycenters": (self.n, self.d), "brenier_potential": (self.n,), "cell_masses": (self.n,),
@@ -161,7 +168,8 @@ def solve(prob, cut, tol, max_iter, log, nan_on_failure, options):
     n, d = cut.seeds.shape
     dtype = np.dtype(cut.seeds.dtype)
     index = np.dtype(np.int64 if jax.config.jax_enable_x64 else np.int32)
-    spec = Spec(n, d, tuple(cut.density.values.shape), type(cut.density), dtype)
+    period = None if cut.period is None else tuple(np.asarray(cut.period).tolist())
+    spec = Spec(n, d, tuple(cut.density.values.shape), type(cut.density), dtype, period)
     leaves = (cut.seeds, cut.masses) + tuple(cut.density)
     shapes = [((), dtype), ((n, d), dtype), ((n,), dtype), ((n,), dtype), ((), np.bool_), ((), index),
               ((), dtype), ((), index), ((n,), dtype), ((n,), dtype), ((), np.int32)]
@@ -228,7 +236,7 @@ class _Static(functools.partial):
 def _forward(spec, log, options, seeds, masses, *rest):
     """The host solve: the plan's arrays, the solve's weights and the token of its state."""
     *density, tol, max_iter = rest
-    prob = evaluation.Problem(np.array(seeds), np.array(masses), spec.kind(*map(np.array, density)))
+    prob = spec.problem(seeds, masses, density)
     res = plan.solve_plan(_compat.namespace(prob.seeds), prob, float(tol), int(max_iter), log=log, options=options)
     lin = _differentiable.linearization(prob, res)
     token = STORE.put(Entry(lin, _differentiable.Kept()))
@@ -260,13 +268,14 @@ def _entry(spec, token, seeds, masses, *rest):
 def _rebuilt(spec, token, seeds, masses, *rest):
     """:func:`_entry` on a miss: the state rebuilt (cells: on :data:`HOST_THREAD`) and kept."""
     *density, psi = rest
-    prob = evaluation.Problem(np.array(seeds), np.array(masses), spec.kind(*map(np.array, density)))
+    prob = spec.problem(seeds, masses, density)
     xp = _compat.namespace(prob.seeds)
-    rep, active, targets = evaluation.group_duplicates(xp, prob.seeds, prob.masses)
-    ev = plan.evaluation_at(xp, prob, np.array(psi), active)
+    on_torus = prob.seeds if prob.period is None else periodic.fold_onto(xp, prob.seeds, prob.lo, prob.period)
+    rep, active, targets = evaluation.group_duplicates(xp, on_torus, prob.masses)
+    ev, sites = plan.evaluation_at(xp, prob, np.array(psi), active, with_sites=True)
     dens = prob.density
     lin = sensitivity.Linearization(prob.seeds, prob.masses, dens.values, dens.lo, dens.hi, ev.cells, ev.moments,
-                                    ev.facet, np.array(psi), rep, active, targets)
+                                    ev.facet, np.array(psi), rep, active, targets, *sites)
     entry = Entry(lin, _differentiable.Kept())
     STORE.put(entry, int(token))
     return entry

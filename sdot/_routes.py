@@ -105,12 +105,12 @@ def _solve_quietly(xp, prob, tol, max_iter, log, nan_on_failure, options):
     host = None if _driver.is_tracer(tol) or _driver.is_tracer(max_iter) else _jax_on_host(xp, cut)
     if host is not None:
         return solve_on_host(xp, prob, host, tol, max_iter, log, options)
-    if cut.period is not None and (aac.is_jax_namespace(xp) or _compat.static_shapes(cut.seeds)):
-        raise NotImplementedError("metric=PeriodicMetric is solved on the host only: not on the compiled route "
-                                  "(a JAX device other than the CPU, or sdot.driver.host = False) yet")
     if _jax_host.takes(xp, cut):                # traced JAX on the CPU: the NumPy core in one callback
         fields, stop = _jax_host.solve(prob, cut, tol, max_iter, log, nan_on_failure, options)
         return OtPlan(**fields), stop
+    if cut.period is not None and (aac.is_jax_namespace(xp) or _compat.static_shapes(cut.seeds)):
+        raise NotImplementedError("metric=PeriodicMetric is solved on the host only, not on the compiled route yet "
+                                  "(jit_route='compiled', a JAX device other than the CPU, sdot.driver.host = False)")
     if aac.is_jax_namespace(xp) or _compat.static_shapes(cut.seeds):
         solve = (jax_solve_plan(host_settings().reachable) if aac.is_jax_namespace(xp)
                  else functools.partial(plan.solve_plan, xp))

@@ -156,20 +156,25 @@ def diagram(xp, seeds, psi, density):
                             lambda ev: xp.any(ev.cells.overflow), seeds.shape[1])
 
 
-def evaluation_at(xp, prob, psi, active):
+def evaluation_at(xp, prob, psi, active, with_sites=False):
     """The :class:`.evaluation.Evaluation` (cells, moments, facet integrals) of ``prob`` at the
     weights ``psi`` (in the problem's units) for the ``active`` Diracs, computed as
     :func:`solve_plan` computes its last one: in :func:`normalised` coordinates (in 1D, in
     the problem's), brought back to the problem's units. What a solve's derivatives need,
-    rebuilt from its weights without a Newton step."""
+    rebuilt from its weights without a Newton step. ``with_sites``: and the ``(sites, owner)``
+    of its cells on a periodic domain (``(None, None)`` else), as :func:`solve_plan`'s state."""
     if getattr(geometry.of_seeds(prob.seeds), "solve", None) is not None:
-        return grown_until_fits(lambda capacity: evaluation.evaluate(xp, prob, psi, active, capacity=capacity),
-                                lambda ev: xp.any(ev.cells.overflow), prob.seeds.shape[1])
+        ev = grown_until_fits(lambda capacity: evaluation.evaluate(xp, prob, psi, active, capacity=capacity),
+                              lambda ev: xp.any(ev.cells.overflow), prob.seeds.shape[1])
+        return (ev, (None, None)) if with_sites else ev
+    if prob.period is not None:
+        prob = prob._replace(seeds=periodic.fold_onto(xp, prob.seeds, prob.lo, prob.period))
     unit, scale = normalised(xp, prob)
     ev = grown_until_fits(lambda capacity: evaluation.evaluate(xp, unit, psi / (scale * scale), active,
                                                            capacity=capacity),
                           lambda ev: xp.any(ev.cells.overflow), prob.seeds.shape[1])
-    return _in_units(xp, ev, scale)
+    ev = _in_units(xp, ev, scale)
+    return (ev, _sites(xp, prob, unit, ev.cells)) if with_sites else ev
 
 
 def grown_until_fits(run, overflowed, dim=2):
