@@ -262,6 +262,8 @@ class PowerDiagram(JaxPytree):
         a = verts + seeds[:, None, :]
         b = np.take_along_axis(a, nxt[..., None].repeat(2, axis=2), axis=1)
         valid = k[None, :] < count[:, None]
+        if self._owner is not None:         # on a torus the box's sides are no edges
+            valid &= _to_numpy(cells.labels) >= 0
         segs = np.stack([a[valid], b[valid]], axis=1)
         if self.capped:
             radii = np.sqrt(np.maximum(_to_numpy(self.weights), 0.0))

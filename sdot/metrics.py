@@ -24,6 +24,10 @@ class Norm2:
 class PeriodicMetric:
     """The squared distance on the torus: ``min over integer k of |x - y - k * period|^2``.
 
+    Diracs anywhere are folded onto the domain; :attr:`sdot.OtPlan.barycenters` come back
+    next to their Dirac (``y_i + (b_i - y_i)`` with the shortest periodic difference), so that
+    ``2 m_i (y_i - b_i)`` stays the gradient of W2^2 with respect to ``y_i``.
+
     Parameters
     ----------
     base : Norm2
@@ -31,10 +35,6 @@ class PeriodicMetric:
     period : sequence of float or None
         The period of each axis, equal to the target's domain extent on it; ``None`` for an
         axis that is not periodic (a cylinder).
-
-    Diracs anywhere are folded onto the domain; :attr:`sdot.OtPlan.barycenters` come back
-    next to their Dirac (``y_i + (b_i - y_i)`` with the shortest periodic difference), so that
-    ``2 m_i (y_i - b_i)`` stays the gradient of W2^2 with respect to ``y_i``.
     """
 
     base: Norm2

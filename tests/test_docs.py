@@ -99,6 +99,7 @@ EXAMPLES = [("quickstart", "quickstart.py", []),
              ["--n", "12", "--out", "power_diagram_geometry.png"]),
             ("blue-noise", "gallery/blue_noise.py",
              ["--n", "100", "--size", "32", "--steps", "4", "--out", "blue_noise.png"]),
+            ("periodic-tile", "periodic_tile.py", ["--n", "60", "--steps", "6", "--out", "periodic_tile.png"]),
             ("quantization-3d", "gallery/quantization_3d.py",
              ["--n", "20", "--size", "8", "--iterations", "2", "--out", "quantization_3d.png"])]
 
@@ -148,6 +149,9 @@ def test_examples_run(name, example_runs):
     lines = stdout.splitlines()
     if name == "partial-transport":
         assert "transported mass 0.99999999" in stdout or "transported mass 1.0000000" in stdout
+    if name == "periodic-tile":                 # Lloyd on the torus spreads the points
+        spacings = [float(line.split("smallest distance")[1]) for line in lines if "smallest distance" in line]
+        assert spacings[-1] > 3 * spacings[0]
     if name == "crowd-motion":
         assert "step 3: 60 people in the room, mass moved 0.500000" in stdout
     if name == "centroidal":

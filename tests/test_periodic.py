@@ -245,6 +245,9 @@ def test_the_plot_draws_the_pieces(numpy_driver):
     segments = ax.collections[0].get_segments()
     inside = np.concatenate(segments)
     assert inside.min() >= -1e-12 and inside.max() <= 1 + 1e-12     # wrapped in the domain
+    ends = np.stack(segments)                                       # (on a torus the sides are no edges)
+    on_side = np.any(np.all((np.abs(ends) < 1e-12) | (np.abs(ends - 1) < 1e-12), axis=1), axis=1)
+    assert not on_side.any()
     assert len(ax.lines[0].get_xdata()) == 50
     with pytest.raises(NotImplementedError, match="pieces"):
         plan.power_diagram.cells
@@ -306,3 +309,20 @@ def test_the_compiled_route_refuses_clearly(backend):
     points, image = jax.numpy.asarray(np.random.default_rng(0).random((20, 2))), jax.numpy.ones((4, 4))
     with pytest.raises(NotImplementedError, match="compiled route"):
         jax.jit(lambda p: sdot.distance(sdot.SumOfDiracs(p), sdot.Grid(image), metric=TORUS2))(points)
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_polynomial_grids_translate_by_whole_cells(numpy_driver, dim):
+    """Bernstein polynomials of degree 2 per cell: rolling the cells and moving the Diracs alike
+    changes nothing on the torus."""
+    rng = np.random.default_rng(dim)
+    cells = (6,) * dim if dim == 2 else (3,) * dim
+    coefficients = 0.5 + rng.random(cells + (3 ** dim,))
+    points = rng.random((60, dim))
+    metric = PeriodicMetric(Norm2(), [1.0] * dim)
+    w = float(sdot.distance(sdot.SumOfDiracs(points), sdot.PolynomialGrid(coefficients), metric=metric, tol=1e-12))
+    shift = np.full(dim, 2)
+    rolled = np.roll(coefficients, tuple(shift), axis=tuple(range(dim)))
+    moved = float(sdot.distance(sdot.SumOfDiracs(points + shift / cells[0]), sdot.PolynomialGrid(rolled),
+                                metric=metric, tol=1e-12))
+    assert moved == pytest.approx(w, rel=1e-12)
