@@ -40,7 +40,9 @@ def main(argv=None):
     parser.add_argument("--n", type=int, required=True)
     parser.add_argument("--tol", type=float, default=1e-8)
     parser.add_argument("--mass", type=float, default=1.0, help="the target's mass (above 1: partial transport)")
+    parser.add_argument("--periodic", action="store_true", help="on the torus (periodicity=True)")
     args = parser.parse_args(argv)
+    periodic = dict(periodicity=True) if args.periodic else {}
     import sdot
 
     if not hasattr(sdot, "ot_solve"):
@@ -49,11 +51,11 @@ def main(argv=None):
     target = target_of(sdot, args.target, args.mass)
     start = time.perf_counter()
     sdot.ot_solve(sdot.SumOfDiracs(bench.points(bench.WARMUP, shift=1, dim=dim)), target, tol=args.tol,
-                  on_failure="ignore")
+                  on_failure="ignore", **periodic)
     warmup = time.perf_counter() - start
     x = bench.points(args.n, dim=dim)
     start = time.perf_counter()
-    plan = sdot.ot_solve(sdot.SumOfDiracs(x), target, tol=args.tol, on_failure="ignore")
+    plan = sdot.ot_solve(sdot.SumOfDiracs(x), target, tol=args.tol, on_failure="ignore", **periodic)
     wall = time.perf_counter() - start
     stats = plan.stats
     print(json.dumps(dict(target=args.target, n=args.n, backend="C++ sdot", steps=int(stats.get("nb_iter", -1)),

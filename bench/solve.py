@@ -262,13 +262,14 @@ def _median_run(runs):
     return row
 
 
-def _spawn_peer(python, target, n, tol, timeout, mass=1.0):
+def _spawn_peer(python, target, n, tol, timeout, mass=1.0, periodic=False):
     """A row of the C++ solver (bench/peer.py) run by the interpreter ``python``, in a
     directory of its own (so that ``import sdot`` is the C++ package there); ``mass``: the
-    target's (above 1: partial transport)."""
+    target's (above 1: partial transport); ``periodic``: on the torus."""
     import tempfile
 
     cmd = [python, str(HERE / "peer.py"), "--target", target, "--n", str(n), "--tol", str(tol), "--mass", str(mass)]
+    cmd += ["--periodic"] if periodic else []
     with tempfile.TemporaryDirectory() as cwd:
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=timeout,

@@ -202,12 +202,12 @@ def solve_with(options, source, target, tol, log=None, max_iter=300):
     return _routes.solve(xp, prob, tol, max_iter, log, False, options)[0]
 
 
-def plan_with(options, source, target, tol=None, raise_on_failure=True, max_iter=300):
+def plan_with(options, source, target, tol=None, raise_on_failure=True, max_iter=300, metric=None):
     """:func:`sdot.optimal_transport_plan` solved with the Newton ``options`` (a
     :class:`sdot._core.options.NewtonOptions`): the public route, its exceptions included."""
     from sdot import _api
 
-    return _api._plan_of_pair(source, target, tol, max_iter, False, raise_on_failure, 1, options=options)
+    return _api._plan_of_pair(source, target, tol, max_iter, False, raise_on_failure, 1, metric, options=options)
 
 
 @pytest.fixture

@@ -99,7 +99,7 @@ def evaluate(xp, prob, psi, active, candidates=None, capacity=None, previous=Non
     ``t`` at which the geometry's ``hiding_step`` proves a seed hidden.)
     """
     if prob.period is not None:
-        return _periodic_evaluation(xp, prob, psi, active, capacity, previous, diagram)
+        return Evaluation(*periodic.evaluate(xp, prob, psi, active, capacity, previous, diagram, trial is not None))
     stop = trial is not None and _compat.host_any(xp, trial)
     geom = geometry.of_seeds(prob.seeds)
     capacity = geom.CAPACITY if capacity is None else capacity
@@ -109,34 +109,6 @@ def evaluate(xp, prob, psi, active, candidates=None, capacity=None, previous=Non
         return without_integrals(xp, cells, prob.seeds.shape[1])
     moments, facet = prob.density.integrals(xp, prob.seeds, cells)
     return Evaluation(cells, moments, facet)
-
-
-def _periodic_evaluation(xp, prob, psi, active, capacity, previous, diagram):
-    """:func:`evaluate` on a periodic domain (:mod:`.periodic`): the diagram of the seeds and
-    as many of their images as their cells need (from ``previous``'s, or within twice the
-    Diracs' mean spacing of the box), its moments folded onto the seeds (its cells and facet
-    integrals those of the sites). Every trial is evaluated in full."""
-    n, dim = prob.seeds.shape
-    geom = geometry.of(dim)
-    capacity = geom.CAPACITY if capacity is None else capacity
-    table = periodic.table_of(xp, prob)
-    if previous is not None:
-        count = previous.labels.shape[0]
-    else:
-        spacing = float(xp.prod(prob.hi - prob.lo) / n) ** (1.0 / dim)
-        count = n + periodic.images_within(xp, table, 2.0 * spacing)
-    while True:
-        sites, owner = periodic.sites(xp, prob.seeds, prob.period, table, count)
-        psi_sites, active_sites = xp.take(psi, owner), xp.take(active, owner)
-        same = previous is not None and previous.labels.shape[0] == count
-        cells = geom.power_cells(xp, sites, psi_sites, active_sites, prob.lo, prob.hi, None, capacity,
-                                 previous=previous if same else None, options=diagram)
-        need = periodic.required_margin(xp, cells, psi_sites, active_sites)
-        if periodic.margin_of(table, count, n) >= need:
-            break
-        count = max(n + periodic.images_within(xp, table, 1.5 * need), count + 1)
-    moments, facet = prob.density.integrals(xp, sites, cells)
-    return Evaluation(cells, periodic.folded_rows(xp, moments, owner, n), facet)
 
 
 def without_integrals(xp, cells, dim):

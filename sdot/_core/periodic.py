@@ -17,10 +17,10 @@ Which images: the nearest image of a seed to a point of the box is within half a
 it, so images more than ``L_a / 2`` beyond the box on a shifted axis never own a point of it.
 Of the others, the sites are the seeds and the images nearest the box (:func:`image_table`,
 sorted by their distance beyond it), as many as the cells need: an image left out, at
-distance ``>= b`` of the box, cannot own a point ``x`` of the cell of site ``c`` if
-``b^2 - max(psi) >= R_c^2 - psi_c`` (``R_c``: the cell's farthest vertex from its site):
-:func:`required_margin`. :func:`.evaluation.evaluate` grows the sites until it holds.
-Eager only (the number of sites depends on the data).
+distance ``>= b`` of the box, cannot own a point of the cell of site ``c`` if ``(b + g_c)^2 -
+psi_z >= R_c^2 - psi_c`` (``R_c``: the cell's farthest vertex from its site, ``g_c``: the
+cell's distance to the sides), :func:`margin_needed`; :func:`evaluate` grows the sites until
+it holds. Eager only (the number of sites depends on the data).
 """
 from __future__ import annotations
 
@@ -61,7 +61,20 @@ def table_of(xp, prob):
         return _LAST[0][2]
     table = image_table(xp, prob.seeds, prob.period, prob.lo, prob.hi)
     _LAST[:] = [(prob.seeds, prob.period, table)]
+    _NEEDED.clear()
     return table
+
+
+#: The most sites an evaluation of the last problem needed (by the id of its table): the next
+#: evaluations start there, instead of finding again that fewer do not do.
+_NEEDED = {}
+
+
+def sites_needed(table, count=None):
+    """The most sites an evaluation with ``table`` needed so far (``count``: one more did)."""
+    if count is not None:
+        _NEEDED[id(table)] = max(count, _NEEDED.get(id(table), 0))
+    return _NEEDED.get(id(table), 0)
 
 
 def image_table(xp, seeds, period, lo, hi):
@@ -106,14 +119,96 @@ def sites(xp, seeds, period, table, count):
     return xp.concat([seeds, images], axis=0), xp.concat([ids, owner])
 
 
-def required_margin(xp, cells, psi_sites, active_sites):
-    """The distance beyond the box from which no image can own a point of these cells:
-    ``sqrt(max_c (R_c^2 - psi_c) + max psi)`` over the nonempty active cells ``c``."""
-    live = _live_vertices(xp, cells)
-    r2 = xp.max(xp.where(live, xp.sum(cells.vertices * cells.vertices, axis=-1), 0.0), axis=1)
+def margin_needed(xp, cells, sites, psi_sites, active_sites, n, lo, hi, period, table):
+    """The distance beyond the box from which no image left out of the diagram (the rows of
+    ``table`` after the sites', the ``n`` seeds and the first ``len(sites) - n`` rows) can own
+    a point of its cells: the diagram is exact if the first image left out is that far.
+
+    Cell ``c`` gives its points a power at most ``R_c^2 - psi_c`` (``R_c``: its farthest vertex
+    from its site); an image ``z`` at ``b`` beyond the box is at least ``b + g_c`` from every
+    point of the cell, ``g_c >= s_c - R_c`` (``s_c``: the site's distance to the periodic sides),
+    and beats none of them if ``(b + g_c)^2 - psi_z >= R_c^2 - psi_c``: the bound is the largest
+    ``sqrt(R_c^2 - psi_c + max psi) - g_c`` over the nonempty active cells. Where it is not met,
+    on the host, each cell is tested against the images left out near it, with their own
+    weights, at its vertices (:mod:`sdot._host.periodic_reach`): the margin is then that of the
+    farthest image that may own a point (0 if none)."""
+    r2 = radii2(xp, cells)
+    side = xp.min(xp.where((period > 0)[None, :], xp.minimum(sites - lo, hi - sites), xp.inf), axis=1)
     used = active_sites & (cells.count > 0)
-    top = xp.max(xp.where(used, r2 - psi_sites, -xp.inf))
-    return float(xp.sqrt(xp.maximum(top + xp.max(xp.where(active_sites, psi_sites, -xp.inf)), 0.0)))
+    top = xp.max(xp.where(active_sites, psi_sites, -xp.inf))
+    reach = xp.sqrt(xp.maximum(r2 - psi_sites + top, 0.0)) - xp.maximum(side - xp.sqrt(r2), 0.0)
+    bound = float(xp.maximum(xp.max(xp.where(used, reach, -xp.inf)), 0.0))
+    k = sites.shape[0] - n
+    if k >= table.beyond.shape[0] or float(table.beyond[k]) >= bound:
+        return bound
+    owner = table.owner[k:]
+    images = xp.take(sites[:n, :], owner, axis=0) + table.shift[k:, :] * period
+    from .._host import periodic_reach
+
+    owning = _compat.on_host(lambda *a: periodic_reach.left_out_owners(*a, support=_support_function(cells)),
+                             sites, r2, psi_sites, used, side, images, xp.take(psi_sites[:n], owner),
+                             table.beyond[k:])
+    if owning is None:                  # not on the host, or a search too wide: the bound
+        return bound
+    beyond = xp.where(xp.asarray(owning, device=aac.device(table.beyond)), table.beyond[k:], 0.0)
+    return float(xp.max(beyond))
+
+
+def evaluate(xp, prob, psi, active, capacity, previous, diagram, trial):
+    """``(cells, moments, facet)`` of :func:`.evaluation.evaluate` on a periodic domain: the
+    diagram of the sites (the seeds and as many of their images as the cells need), its moments
+    folded onto the seeds, its cells and facet integrals the sites'.
+
+    The images: as many as ``previous`` had or an earlier evaluation of the problem needed
+    (:func:`sites_needed`), at least those within ``diagram.periodic_margin`` mean spacings of
+    the box (``diagram``: the :class:`.options.DiagramOptions`). If :func:`margin_needed` finds
+    that an image left out may own a point, the images within ``diagram.periodic_growth``
+    times its margin are taken and the diagram built again. A ``trial``'s
+    sites are not remembered for the next evaluations (an accepted trial's are, as their
+    ``previous``)."""
+    from . import geometry
+
+    n, dim = prob.seeds.shape
+    geom = geometry.of(dim)
+    capacity = geom.CAPACITY if capacity is None else capacity
+    table = table_of(xp, prob)
+    if previous is not None:
+        count = previous.labels.shape[0]
+    else:
+        spacing = float(xp.prod(prob.hi - prob.lo) / n) ** (1.0 / dim)
+        count = n + images_within(xp, table, diagram.periodic_margin[dim - 2] * spacing)
+    count = max(count, sites_needed(table))
+    while True:
+        site_positions, owner = sites(xp, prob.seeds, prob.period, table, count)
+        psi_sites, active_sites = xp.take(psi, owner), xp.take(active, owner)
+        same = previous is not None and previous.labels.shape[0] == count
+        cells = geom.power_cells(xp, site_positions, psi_sites, active_sites, prob.lo, prob.hi, None, capacity,
+                                 previous=previous if same else None, options=diagram)
+        need = margin_needed(xp, cells, site_positions, psi_sites, active_sites, n, prob.lo, prob.hi, prob.period,
+                             table)
+        if margin_of(table, count, n) >= need:
+            break
+        count = max(n + images_within(xp, table, diagram.periodic_growth * need), count + 1)
+        if not trial:
+            sites_needed(table, count)
+    moments, facet = prob.density.integrals(xp, site_positions, cells)
+    return cells, folded_rows(xp, moments, owner, n), facet
+
+
+def _support_function(cells):
+    """``support(cells, directions)`` of :func:`sdot._host.periodic_reach.reach_of_left_out` by the
+    compiled kernel (:mod:`sdot._host.compiled.radii`) on the host's copies of ``cells``, or None
+    where it does not run."""
+    from .._host import compiled
+    from .._host.compiled import radii
+
+    arrays = (cells.vertices, cells.count) + ((cells.size, cells.corners) if cells.vertices.shape[-1] == 3 else ())
+    host = [_compat.host_view(a) for a in arrays]
+    if any(h is None for h in host) or not compiled.enabled():
+        return None
+    vertices, count, *spatial = host
+    size, corners = spatial if spatial else (None, None)
+    return lambda c, e: radii.support(vertices, count, size, corners, c, e)
 
 
 def margin_of(table, count, n):
@@ -135,6 +230,23 @@ def folded_entries(xp, rows, cols, w, owner):
     r, c = xp.take(owner, rows), xp.take(owner, cols)
     keep = xp.nonzero(r != c)[0]
     return xp.take(r, keep), xp.take(c, keep), xp.take(w, keep)
+
+
+def radii2(xp, cells):
+    """The squared distance from each cell's site to its farthest vertex, (n,): by the compiled
+    kernel (:mod:`sdot._host.compiled.radii`) where it runs, else by array operations."""
+    from .._host.compiled import radii
+
+    if cells.vertices.shape[-1] == 3:
+        found = _compat.compiled_call(xp, lambda *a: (radii.spatial(*a),), cells.vertices, cells.size, cells.corners)
+    else:
+        found = _compat.compiled_call(xp, lambda *a: (radii.planar(*a),), cells.vertices, cells.count)
+    if found is not None:
+        return found[0]
+    live = _live_vertices(xp, cells)
+    v = cells.vertices
+    return xp.max(xp.where(live, v[..., 0] * v[..., 0] + v[..., 1] * v[..., 1]
+                           + (v[..., 2] * v[..., 2] if v.shape[-1] == 3 else 0.0), 0.0), axis=1)
 
 
 def _live_vertices(xp, cells):
