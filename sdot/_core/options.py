@@ -90,7 +90,7 @@ class DiagramOptions:
     #: 3D cells stay within 2.5 at 1e4 and 1e5); huge: every image within half a period.
     periodic_margin: tuple = (6.0, 2.5)
     #: ... and when an image left out may own a point, the images taken are those within this
-    #: many times its distance beyond the box.
+    #: many times its distance beyond the box (within the bound, when the test only bounds it).
     periodic_growth: float = 1.5
     #: How the compiled host kernels find the cells (2D and 3D): the thresholds between moving
     #: the previous cells, clipping them by their neighbours' neighbours and by the k-d tree.

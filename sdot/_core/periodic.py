@@ -120,9 +120,10 @@ def sites(xp, seeds, period, table, count):
 
 
 def margin_needed(xp, cells, sites, psi_sites, active_sites, n, lo, hi, period, table):
-    """The distance beyond the box from which no image left out of the diagram (the rows of
-    ``table`` after the sites', the ``n`` seeds and the first ``len(sites) - n`` rows) can own
-    a point of its cells: the diagram is exact if the first image left out is that far.
+    """``(margin, exact)``: the distance beyond the box from which no image left out of the
+    diagram (the rows of ``table`` after the sites', the ``n`` seeds and the first ``len(sites)
+    - n`` rows) can own a point of its cells (the diagram is exact if the first image left out is
+    that far), and whether it is that of an image that may (else a bound).
 
     Cell ``c`` gives its points a power at most ``R_c^2 - psi_c`` (``R_c``: its farthest vertex
     from its site); an image ``z`` at ``b`` beyond the box is at least ``b + g_c`` from every
@@ -140,7 +141,7 @@ def margin_needed(xp, cells, sites, psi_sites, active_sites, n, lo, hi, period, 
     bound = float(xp.maximum(xp.max(xp.where(used, reach, -xp.inf)), 0.0))
     k = sites.shape[0] - n
     if k >= table.beyond.shape[0] or float(table.beyond[k]) >= bound:
-        return bound
+        return bound, False
     owner = table.owner[k:]
     images = xp.take(sites[:n, :], owner, axis=0) + table.shift[k:, :] * period
     from .._host import periodic_reach
@@ -149,9 +150,9 @@ def margin_needed(xp, cells, sites, psi_sites, active_sites, n, lo, hi, period, 
                              sites, r2, psi_sites, used, side, images, xp.take(psi_sites[:n], owner),
                              table.beyond[k:])
     if owning is None:                  # not on the host, or a search too wide: the bound
-        return bound
+        return bound, False
     beyond = xp.where(xp.asarray(owning, device=aac.device(table.beyond)), table.beyond[k:], 0.0)
-    return float(xp.max(beyond))
+    return float(xp.max(beyond)), True
 
 
 def evaluate(xp, prob, psi, active, capacity, previous, diagram, trial):
@@ -163,7 +164,7 @@ def evaluate(xp, prob, psi, active, capacity, previous, diagram, trial):
     (:func:`sites_needed`), at least those within ``diagram.periodic_margin`` mean spacings of
     the box (``diagram``: the :class:`.options.DiagramOptions`). If :func:`margin_needed` finds
     that an image left out may own a point, the images within ``diagram.periodic_growth``
-    times its margin are taken and the diagram built again. A ``trial``'s
+    times its distance (within its bound, if only bounded) are taken and the diagram built again. A ``trial``'s
     sites are not remembered for the next evaluations (an accepted trial's are, as their
     ``previous``)."""
     from . import geometry
@@ -184,11 +185,11 @@ def evaluate(xp, prob, psi, active, capacity, previous, diagram, trial):
         same = previous is not None and previous.labels.shape[0] == count
         cells = geom.power_cells(xp, site_positions, psi_sites, active_sites, prob.lo, prob.hi, None, capacity,
                                  previous=previous if same else None, options=diagram)
-        need = margin_needed(xp, cells, site_positions, psi_sites, active_sites, n, prob.lo, prob.hi, prob.period,
-                             table)
+        need, exact = margin_needed(xp, cells, site_positions, psi_sites, active_sites, n, prob.lo, prob.hi,
+                                    prob.period, table)
         if margin_of(table, count, n) >= need:
             break
-        count = max(n + images_within(xp, table, diagram.periodic_growth * need), count + 1)
+        count = max(n + images_within(xp, table, (diagram.periodic_growth if exact else 1.0) * need), count + 1)
         if not trial:
             sites_needed(table, count)
     moments, facet = prob.density.integrals(xp, site_positions, cells)

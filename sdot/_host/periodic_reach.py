@@ -19,9 +19,9 @@ import numpy as np
 
 #: The images tested are split into this many groups by weight (each searched with its own
 #: largest weight).
-GROUPS = 8
+GROUPS = 16
 #: The most images a cell's search may meet on average (beyond, the test is left to the bound).
-PAIRS = 64
+PAIRS = 512
 
 
 def left_out_owners(sites, r2, psi_sites, used, side, images, psi_images, beyond, support=None):
