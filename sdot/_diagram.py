@@ -83,13 +83,17 @@ class PowerDiagram(JaxPytree):
         Default 0 (the Voronoi diagram).
     domain : pair (lo, hi), optional
         Default the unit square (the unit interval in 1D, the unit cube in 3D).
+    metric : sdot.metrics.Norm2 or sdot.metrics.PeriodicMetric, optional
+        ``PeriodicMetric``: the diagram on the torus (or cylinder) of the domain, whose cells may
+        cross its sides (2D and 3D; :meth:`plot` draws them wrapped in the domain).
     """
 
     #: The solve of :meth:`adjust_weights`, :func:`sdot.optimal_transport_plan`: set by
     #: :mod:`sdot._api`, which builds the plans' diagrams (this module does not import it back).
     _solve = None
 
-    def __init__(self, positions, weights=None, domain=None):
+    def __init__(self, positions, weights=None, domain=None, metric=None):
+        from . import metrics
         from ._grids import Grid
         from ._measures import SumOfDiracs, SumOfDiracs1d, _check_values
 
@@ -109,6 +113,11 @@ class PowerDiagram(JaxPytree):
         self._target = Grid(xp.ones((1,) * src.dim, dtype=src.positions.dtype, device=dev), domain=domain,
                             mass=None).with_dim(src.dim)
         self._state = None
+        if metric is not None and not isinstance(metric, metrics.Norm2):
+            if src.dim == 1:
+                raise NotImplementedError("PowerDiagram with metric=PeriodicMetric is 2D or 3D (not the circle yet)")
+            lo, hi = (np.asarray(_to_numpy(a), dtype=np.float64).tolist() for a in self._target.domain)
+            self._period = tuple(metrics.periods(metric, lo, hi))
 
     #: The diagram of a partial transport plan: its cells are cut by the balls ``|x - y_i|^2 <=
     #: w_i`` (``measure`` and ``barycenter`` are those of the cut cells, ``vertices`` the Laguerre
@@ -116,13 +125,15 @@ class PowerDiagram(JaxPytree):
     capped = False
 
     def _tree_flatten(self):
-        """JAX pytree children: the arrays, the target grid (a pytree) and the computed cells."""
-        return (self.positions, self.weights, self._target, self._state), None
+        """JAX pytree children: the arrays, the target grid (a pytree) and the computed cells
+        (and their pieces' seeds); the periods are static."""
+        return (self.positions, self.weights, self._target, self._state, self._owner), (self._period,)
 
     @classmethod
     def _tree_unflatten(cls, aux, children):
         obj = object.__new__(cls)
-        obj.positions, obj.weights, obj._target, obj._state = children
+        obj.positions, obj.weights, obj._target, obj._state, obj._owner = children
+        obj._period = aux[0]
         return obj
 
     def _check_concrete(self, what):
@@ -137,9 +148,21 @@ class PowerDiagram(JaxPytree):
                             "traced (inside jax.jit, vmap, grad...): call it outside the transformation, e.g. on "
                             "the diagram or plan a jitted function returns")
 
-    #: On a periodic domain (``metric=PeriodicMetric``), the seed of each piece of the cells (the
-    #: pieces are the cells of the Diracs and of their images in the domain), else None.
+    #: On a periodic domain (``metric=PeriodicMetric``), the period of each axis (0: not periodic),
+    #: and once the cells are computed the seed of each of their pieces (the cells of the Diracs
+    #: and of their images in the domain); else None.
+    _period = None
     _owner = None
+
+    @property
+    def metric(self):
+        """The diagram's ground metric: :class:`sdot.metrics.Norm2` or a
+        :class:`sdot.metrics.PeriodicMetric`."""
+        from . import metrics
+
+        if self._period is None:
+            return metrics.Norm2()
+        return metrics.PeriodicMetric(metrics.Norm2(), [p if p > 0 else None for p in self._period])
 
     @classmethod
     def _from_solution(cls, prob, psi, cells, moments, active, sites=None, owner=None):
@@ -147,18 +170,21 @@ class PowerDiagram(JaxPytree):
         obj = object.__new__(cls)
         obj.positions, obj.weights, obj._target = prob.seeds, psi, None
         if sites is not None:
+            obj._period = tuple(np.asarray(_to_numpy(prob.period), dtype=np.float64).tolist())
             prob, obj._owner = prob._replace(seeds=sites), owner
         obj._state = (prob, cells, moments)
         return obj
 
     @classmethod
-    def _at_weights(cls, positions, weights, density):
+    def _at_weights(cls, positions, weights, density, period=None):
         """The diagram of a solve whose cells are computed when first asked (outside ``jax.jit``),
-        their masses and barycentres under the solve's ``density`` (a kind of :mod:`._core.density`)."""
+        their masses and barycentres under the solve's ``density`` (a kind of :mod:`._core.density`),
+        on the torus of ``period`` (a tuple, or None)."""
         from ._grids import PolynomialGrid
 
         obj = object.__new__(cls)
         obj.positions, obj.weights, obj._state = positions, weights, None
+        obj._period = period
         obj._target = PolynomialGrid(density.values, domain=(density.lo, density.hi),
                                      mass=None).with_dim(positions.shape[1])
         return obj
@@ -175,8 +201,9 @@ class PowerDiagram(JaxPytree):
             views = _driver.host_views(seeds, psi, *dens) if aac.is_jax_namespace(xp) else None
             if views is not None:           # concrete JAX on the CPU: the NumPy core, nothing compiles
                 core_xp, core = namespace_of(views[0]), (views[0], views[1], type(dens)(*views[2:]))
-            cells, moments, _ = plan.diagram(core_xp, *core)
-            self._state = (evaluation.Problem(seeds, None, dens), cells, moments)
+            period = None if self._period is None else np.asarray(self._period)
+            (cells, moments, _), sites, self._owner = plan.diagram(core_xp, *core, period=period)
+            self._state = (evaluation.Problem(seeds if sites is None else sites, None, dens), cells, moments)
         return self._state
 
     @property
@@ -221,7 +248,8 @@ class PowerDiagram(JaxPytree):
         return out
 
     def adjust_weights(self, dirac_masses, target_distribution, **options):
-        """Solve for the weights that give cell ``i`` the mass ``dirac_masses[i]``.
+        """Solve for the weights that give cell ``i`` the mass ``dirac_masses[i]`` (on the
+        diagram's :attr:`metric`).
 
         Stores the optimal weights in ``self.weights`` (and the target for
         :attr:`cells`) and returns the :class:`~sdot.OtPlan`. A target heavier than the
@@ -230,10 +258,12 @@ class PowerDiagram(JaxPytree):
         """
         from ._measures import SumOfWeightedDiracs
 
-        result = PowerDiagram._solve(SumOfWeightedDiracs(self.positions, dirac_masses), target_distribution, **options)
+        result = PowerDiagram._solve(SumOfWeightedDiracs(self.positions, dirac_masses), target_distribution,
+                                     **({} if self._period is None else dict(metric=self.metric)), **options)
         solved = result.power_diagram
         # the plan's cells, or (under jax.jit) the target to compute them from when asked
         self.weights, self._state, self._target = result.brenier_potential, solved._state, solved._target
+        self._owner = solved._owner
         self.capped = solved.capped
         return result
 

@@ -188,7 +188,7 @@ def solve(prob, cut, tol, max_iter, log, nan_on_failure, options):
 
     fields = dict(zip(_differentiable.PLAN_OUTPUTS, outputs))
     fields.update(distance=distance, converged=converged, iterations=iterations, residual=residual, status=status,
-                  power_diagram=PowerDiagram._at_weights(cut.seeds, weights, cut.density))
+                  power_diagram=PowerDiagram._at_weights(cut.seeds, weights, cut.density, spec.period))
     return fields, (None, None)
 
 

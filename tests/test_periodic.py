@@ -302,6 +302,9 @@ def test_under_jit_as_eagerly(backend):
         assert float(other[0]) == float(eager[0])
         for a, b in zip(other[1], eager[1]):
             assert np.asarray(a) == pytest.approx(np.asarray(b), rel=1e-12, abs=1e-15)
+    # the jitted plan's diagram is the torus's (its cells computed when asked)
+    plan = jax.jit(lambda p: sdot.optimal_transport_plan(sdot.SumOfDiracs(p), sdot.Grid(image), metric=TORUS2))(points)
+    assert plan.power_diagram.metric == TORUS2
 
 
 @pytest.mark.only_backends("jax-jit", reason="the compiled route refuses clearly")
@@ -396,3 +399,27 @@ def test_compiled_kernels_agree_with_the_array_route(numpy_driver, dim):
         arrays = sdot.optimal_transport_plan(source, target, metric=metric, tol=1e-11)
     assert int(arrays.iterations) == int(compiled.iterations)
     assert float(arrays.distance) == pytest.approx(float(compiled.distance), rel=1e-12)
+
+
+def test_power_diagram_on_the_torus(numpy_driver):
+    """``PowerDiagram(x, metric=...)``: its cells at the plan's weights are the plan's (the same
+    edges drawn), and ``adjust_weights`` solves on the torus."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    rng = np.random.default_rng(12)
+    points, masses = rng.random((60, 2)), 0.5 + rng.random(60)
+    target = sdot.Grid(0.5 + rng.random((8, 8)))
+    plan = sdot.optimal_transport_plan(sdot.SumOfWeightedDiracs(points, masses), target, metric=TORUS2)
+    diagram = sdot.PowerDiagram(points, weights=plan.brenier_potential, metric=TORUS2)
+    assert diagram.metric == TORUS2
+    edges = [np.sort(np.round(np.concatenate(d.plot().collections[-1].get_segments()), 9), axis=0)
+             for d in (diagram, plan.power_diagram)]
+    assert edges[0] == pytest.approx(edges[1], abs=1e-9)
+    fitted = sdot.PowerDiagram(points, metric=TORUS2)
+    again = fitted.adjust_weights(masses / masses.sum(), target)
+    assert float(again.distance) == pytest.approx(float(plan.distance), rel=1e-12)
+    with pytest.raises(ValueError, match="period must equal the domain"):
+        sdot.PowerDiagram(points, metric=PeriodicMetric(Norm2(), [2.0, 1.0]))
+    with pytest.raises(NotImplementedError, match="circle"):
+        sdot.PowerDiagram(points[:, 0], metric=PeriodicMetric(Norm2(), [1.0]))
