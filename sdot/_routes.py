@@ -287,7 +287,8 @@ def solve_on_host(xp, prob, host, tol, max_iter, log, options):
     distance = _autodiff.attach(to_jax(res["distance"]), inputs, (state, barycenters, potential),
                                 functools.partial(_jax_host._distance_gradients, spec))
     sol = res["solution"]
-    diagram = PowerDiagram._from_solution(evaluation.Problem(prob.seeds, None, host.density), to_jax(sol.psi),
+    diagram = PowerDiagram._from_solution(evaluation.Problem(prob.seeds, None, host.density, host.period),
+                                          to_jax(sol.psi),
                                           sol.evaluation.cells, sol.evaluation.moments, res["active"], *_sites(res))
     arrays = dict(zip(_differentiable.PLAN_OUTPUTS, outputs))
     arrays.update({k: to_jax(res[k]) for k in PLAN_ARRAYS if k not in arrays})
