@@ -201,9 +201,11 @@ class PowerDiagram(JaxPytree):
             views = _driver.host_views(seeds, psi, *dens) if aac.is_jax_namespace(xp) else None
             if views is not None:           # concrete JAX on the CPU: the NumPy core, nothing compiles
                 core_xp, core = namespace_of(views[0]), (views[0], views[1], type(dens)(*views[2:]))
-            period = None if self._period is None else np.asarray(self._period)
-            (cells, moments, _), sites, self._owner = plan.diagram(core_xp, *core, period=period)
-            self._state = (evaluation.Problem(seeds if sites is None else sites, None, dens), cells, moments)
+            if self._period is None:
+                cells, moments, _ = plan.diagram(core_xp, *core)
+            else:
+                (cells, moments, _), seeds, self._owner = plan.diagram_on_torus(core_xp, *core, np.asarray(self._period))
+            self._state = (evaluation.Problem(seeds, None, dens), cells, moments)
         return self._state
 
     @property

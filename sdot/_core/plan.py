@@ -143,23 +143,28 @@ def _plan_arrays(xp, prob, mom, psi_opt, rep, active, targets):
                 brenier_potential=psi, psi=centred)
 
 
-def diagram(xp, seeds, psi, density, period=None):
-    """``(evaluation, sites, owner)``: the cells and per-cell moments of the power diagram
-    ``(seeds, psi)`` in the box of ``density`` (a kind of :mod:`.density`); on the torus of
-    ``period`` (:mod:`.periodic`), the sites of its cells and the seed of each (else None).
+def diagram(xp, seeds, psi, density):
+    """Cells and per-cell moments of the power diagram ``(seeds, psi)`` in the box of
+    ``density`` (a kind of :mod:`.density`).
 
     Of exact duplicates, the one of largest weight keeps the cell (the first
     on ties); the others are empty.
     """
-    if period is not None:
-        period = xp.asarray(period, dtype=seeds.dtype, device=aac.device(seeds))
-        seeds = periodic.fold_onto(xp, seeds, density.lo, period)
+    _, active, _ = evaluation.group_duplicates(xp, seeds, xp.ones_like(psi), psi)
+    prob = evaluation.Problem(seeds, None, density)
+    return grown_until_fits(lambda capacity: evaluation.evaluate(xp, prob, psi, active, capacity=capacity),
+                            lambda ev: xp.any(ev.cells.overflow), seeds.shape[1])
+
+
+def diagram_on_torus(xp, seeds, psi, density, period):
+    """``(evaluation, sites, owner)``: :func:`diagram` on the torus of ``period`` (:mod:`.periodic`),
+    with the sites of its cells and the seed of each."""
+    period = xp.asarray(period, dtype=seeds.dtype, device=aac.device(seeds))
+    seeds = periodic.fold_onto(xp, seeds, density.lo, period)
     _, active, _ = evaluation.group_duplicates(xp, seeds, xp.ones_like(psi), psi)
     prob = evaluation.Problem(seeds, None, density, period)
     ev = grown_until_fits(lambda capacity: evaluation.evaluate(xp, prob, psi, active, capacity=capacity),
                           lambda ev: xp.any(ev.cells.overflow), seeds.shape[1])
-    if period is None:
-        return ev, None, None
     return (ev,) + periodic.sites(xp, prob.seeds, period, periodic.table_of(xp, prob), ev.cells.labels.shape[0])
 
 
