@@ -55,24 +55,26 @@ def blur_matrix(xp, n: int, width, like, inside=None):
     return share / xp.where(total > 0, total, 1.0)
 
 
-def blurred(xp, density, width, lo, hi):
+def blurred(xp, density, width, lo, hi, everywhere=False):
     """``density`` (n_0, ..., n_{d-1}) on the box ``[lo, hi]`` blurred to ``width`` (a 0-d
     array > 0, in units of the domain): the same grid, the same total mass, positive
-    everywhere in the support's box, 0 outside it."""
-    return blurred_in_pixels(xp, density, *(width * n / (hi[a] - lo[a]) for a, n in enumerate(density.shape)))
+    everywhere in the support's box, 0 outside it (``everywhere``: positive in the whole box,
+    as on a torus, where no start moves the Diracs into the support's box)."""
+    return blurred_in_pixels(xp, density, *(width * n / (hi[a] - lo[a]) for a, n in enumerate(density.shape)),
+                             everywhere=everywhere)
 
 
-def blurred_in_pixels(xp, density, *widths):
+def blurred_in_pixels(xp, density, *widths, everywhere=False):
     """:func:`blurred` with the width in pixels along each axis: the blur matrix of each
     axis applied along it (the kernel is separable), within the support's box (the
-    smallest box of pixels that holds every positive one)."""
+    smallest box of pixels that holds every positive one), or ``everywhere``."""
     out = density
     positive = density > 0
     for axis, width in enumerate(widths):
         others = tuple(a for a in range(density.ndim) if a != axis)
         hit = xp.astype(xp.any(positive, axis=others) if others else positive, xp.int64)
         inside = (xp.cumulative_sum(hit) > 0) & (xp.flip(xp.cumulative_sum(xp.flip(hit, axis=0)), axis=0) > 0)
-        b = blur_matrix(xp, density.shape[axis], width, density, inside)
+        b = blur_matrix(xp, density.shape[axis], width, density, None if everywhere else inside)
         out = xp.moveaxis(xp.tensordot(b, out, axes=([1], [axis])), 0, axis)
     return out
 

@@ -73,9 +73,10 @@ class PixelDensity(NamedTuple):
         """Per cell ``int_{L_i} (x_a - y_ia)^2 rho`` for each axis (n, d)."""
         return geometry.of_seeds(seeds).integrate.axis_second_moments(xp, seeds, cells, self.values, self.lo, self.hi)
 
-    def blurred(self, xp, width):
-        """The values blurred to ``width`` (a 0-d array, in the domain's units) on the same grid."""
-        return self._replace(values=continuation.blurred(xp, self.values, width, self.lo, self.hi))
+    def blurred(self, xp, width, everywhere=False):
+        """The values blurred to ``width`` (a 0-d array, in the domain's units) on the same grid
+        (:func:`.continuation.blurred`; ``everywhere``: over the whole box)."""
+        return self._replace(values=continuation.blurred(xp, self.values, width, self.lo, self.hi, everywhere))
 
     def support_box(self, xp):
         """``(lo, hi)``: the smallest box of whole pixels that holds every pixel of positive value."""
@@ -167,12 +168,12 @@ class BernsteinDensity(NamedTuple):
         return _bernstein_kernels(seeds).bernstein_axis_second_moments(xp, seeds, cells, self.coefficients,
                                                                        self.lo, self.hi)
 
-    def blurred(self, xp, width):
+    def blurred(self, xp, width, everywhere=False):
         """The cell means blurred to ``width`` (:func:`.continuation.blurred`), each the constant
         polynomial of its cell (all its coefficients equal): a path for the continuation, whose
         last stage solves the density itself."""
         c = self.coefficients
-        means = continuation.blurred(xp, xp.mean(c, axis=-1), width, self.lo, self.hi)
+        means = continuation.blurred(xp, xp.mean(c, axis=-1), width, self.lo, self.hi, everywhere)
         return self._replace(coefficients=xp.broadcast_to(means[..., None], c.shape))
 
     def support_box(self, xp):

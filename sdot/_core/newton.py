@@ -116,7 +116,7 @@ class _Run(NamedTuple):
         return (sites,) + tuple(self.xp.take(a, owner) for a in per_seed)
 
     def at_width(self, width):
-        return self.prob._replace(density=at_width(self.xp, self.prob.density, width))
+        return self.prob._replace(density=at_width(self.xp, self.prob.density, width, self.prob.period is not None))
 
     def trial(self, stage_prob, width, psi, ev, floor, norm0, t):
         """``(evaluation, accepted)`` of the trial ``psi`` (``t``: its damping)."""

@@ -125,7 +125,9 @@ def initial_weights(xp, prob, active, targets, options, capacity=None):
 
     def moved():
         return _compat.fori_loop(0, 3, try_start, (zero, ev, xp.full_like(side, -xp.inf)))[:2]
-    psi, ev = _compat.cond(fair, lambda: (zero, ev), moved)
+    # (on a torus no map into the support's box makes each cell hold it: the Voronoi diagram and
+    # the blur over the whole box, :func:`.evaluation.at_width`)
+    psi, ev = _compat.cond(fair | (prob.period is not None), lambda: (zero, ev), moved)
     fair = worst_ratio(xp, ev.moments, targets, active) >= options.start_admissible
     width, ev = _compat.cond(fair, lambda: (xp.zeros_like(widest), ev),
                              lambda: continuation.first_width(xp, prob, ev.cells, active, targets, options))
