@@ -439,3 +439,41 @@ def test_a_shape_on_black_with_diracs_all_over_the_torus(numpy_driver):
     moved = sdot.distance(sdot.SumOfDiracs(points + shift / 16.0), sdot.Grid(np.roll(image, tuple(shift), axis=(0, 1))),
                           metric=TORUS2, tol=1e-12)
     assert float(moved) == pytest.approx(float(plan.distance), rel=1e-10)
+
+
+@pytest.mark.parametrize("scale, offset", [(1000.0, -300.0), (1e-3, 5.0)])
+def test_huge_and_tiny_domains(numpy_driver, scale, offset):
+    """The torus of a domain moved and scaled: W2^2 times the scale squared (a shape on black,
+    the Diracs given relative to the domain)."""
+    rng = np.random.default_rng(3)
+    points, image = rng.random((200, 2)), np.zeros((16, 16))
+    image[3:9, 10:15] = 1.0 + rng.random((6, 5))
+    unit = float(sdot.distance(sdot.SumOfDiracs(points), sdot.Grid(image), metric=TORUS2, tol=1e-12))
+    metric = PeriodicMetric(Norm2(), [scale, scale])
+    domain = (np.full(2, offset), np.full(2, offset + scale))
+    w = float(sdot.distance(sdot.SumOfDiracs(offset + scale * points), sdot.Grid(image, domain=domain), metric=metric,
+                            tol=1e-12))
+    assert w == pytest.approx(unit * scale ** 2, rel=1e-11)
+
+
+@pytest.mark.only_backends("torch", reason="the mass gradient of a Dirac of zero mass, through torch's autograd")
+def test_a_dirac_of_zero_mass_near_a_corner(backend):
+    """``dW/dm_i`` of a zero-mass Dirac is ``psi^c_i``, the least over the torus (its images
+    included): against a one-sided finite difference."""
+    import torch
+
+    rng = np.random.default_rng(3)
+    points, image = rng.random((150, 2)), 0.5 + rng.random((8, 8))
+    points[0] = [0.01, 0.99]
+    masses = np.ones(150)
+    masses[0] = 0.0
+    weights = torch.tensor(masses, requires_grad=True)
+    sdot.distance(sdot.SumOfWeightedDiracs(torch.tensor(points), weights), sdot.Grid(torch.tensor(image)),
+                  metric=TORUS2, tol=1e-13).backward()
+
+    def w(m):
+        return float(sdot.distance(sdot.SumOfWeightedDiracs(points, m), sdot.Grid(image), metric=TORUS2, tol=1e-13))
+    h = 1e-7
+    step = np.zeros(150)
+    step[0] = h
+    assert float(weights.grad[0]) == pytest.approx((w(masses + step) - w(masses)) / h, rel=1e-3)

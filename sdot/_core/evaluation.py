@@ -164,7 +164,7 @@ def integrals_at(xp, prob, cells, width):
     """The :class:`Evaluation` of ``cells`` against the density blurred to ``width``
     (0: the density itself)."""
     if prob.period is not None:
-        sites, owner = periodic.sites(xp, prob.seeds, prob.period, periodic.table_of(xp, prob), cells.labels.shape[0])
+        sites, owner = periodic.sites_of(xp, prob, cells)
         moments, facet = at_width(xp, prob.density, width, everywhere=True).integrals(xp, sites, cells)
         return Evaluation(cells, periodic.folded_rows(xp, moments, owner, prob.seeds.shape[0]), facet)
     moments, facet = at_width(xp, prob.density, width).integrals(xp, prob.seeds, cells)

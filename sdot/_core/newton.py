@@ -111,8 +111,7 @@ class _Run(NamedTuple):
         prob = self.prob
         if prob.period is None:
             return (prob.seeds,) + per_seed
-        sites, owner = periodic.sites(self.xp, prob.seeds, prob.period, periodic.table_of(self.xp, prob),
-                                      ev.cells.labels.shape[0])
+        sites, owner = periodic.sites_of(self.xp, prob, ev.cells)
         return (sites,) + tuple(self.xp.take(a, owner) for a in per_seed)
 
     def at_width(self, width):

@@ -29,7 +29,7 @@ def newton_direction(xp, prob, ev, active, rhs, regularisation, solver, rtol=Non
     owner)`` (the seeds and their images; found from ``prob.period`` if None).
     """
     if prob.period is not None and sites is None:
-        sites = periodic.sites(xp, prob.seeds, prob.period, periodic.table_of(xp, prob), ev.cells.labels.shape[0])
+        sites = periodic.sites_of(xp, prob, ev.cells)
     if sites is None:
         rows, cols, w, diag, rhs = _laplacian(xp, prob.seeds, ev.cells, ev.facet, active, rhs, regularisation)
     else:

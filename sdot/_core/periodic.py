@@ -77,6 +77,14 @@ def sites_needed(table, count=None):
     return _NEEDED.get(id(table), 0)
 
 
+def sites_of(xp, prob, cells, units=None):
+    """``(sites, owner)`` of ``cells``, a diagram of ``prob`` on its periodic domain (its rows:
+    the seeds, then the first images of :func:`table_of`); ``units``: the problem whose
+    diagram it was, in other coordinates (its table's images, ``prob``'s positions)."""
+    table = table_of(xp, prob if units is None else units)
+    return sites(xp, prob.seeds, prob.period, table, cells.labels.shape[0])
+
+
 def image_table(xp, seeds, period, lo, hi):
     """The :class:`ImageTable` of ``seeds`` (in the box on the periodic axes)."""
     n, d = seeds.shape

@@ -58,7 +58,7 @@ def _sites(xp, prob, unit, cells):
     (the images those of the solve in ``unit`` coordinates), else ``(None, None)``."""
     if prob.period is None:
         return None, None
-    return periodic.sites(xp, prob.seeds, prob.period, periodic.table_of(xp, unit), cells.labels.shape[0])
+    return periodic.sites_of(xp, prob, cells, units=unit)
 
 
 def _spatial_order(xp, seeds):
@@ -165,7 +165,7 @@ def diagram_on_torus(xp, seeds, psi, density, period):
     prob = evaluation.Problem(seeds, None, density, period)
     ev = grown_until_fits(lambda capacity: evaluation.evaluate(xp, prob, psi, active, capacity=capacity),
                           lambda ev: xp.any(ev.cells.overflow), seeds.shape[1])
-    return (ev,) + periodic.sites(xp, prob.seeds, period, periodic.table_of(xp, prob), ev.cells.labels.shape[0])
+    return (ev,) + periodic.sites_of(xp, prob, ev.cells)
 
 
 def evaluation_at(xp, prob, psi, active, with_sites=False):
