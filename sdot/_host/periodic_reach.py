@@ -17,8 +17,8 @@ import itertools
 import numpy as np
 
 
-#: The images tested are split into this many groups by weight (each searched with its own
-#: largest weight).
+#: The images tested are split into at most this many groups by weight (each searched with its
+#: own largest weight).
 GROUPS = 16
 #: The most images a cell's search may meet on average (beyond, the test is left to the bound).
 PAIRS = 512
@@ -37,6 +37,8 @@ def left_out_owners(sites, r2, psi_sites, used, side, images, psi_images, beyond
         return owners
     from scipy.spatial import cKDTree
 
+    from .threads import settings
+
     # z beats a cell only if beyond^2 < R_c^2 - psi_c + psi_z for some cell: the images to test
     worst = np.max(np.where(used, r2 - psi_sites, -np.inf))
     maybe = np.flatnonzero(beyond * beyond < worst + psi_images)
@@ -44,7 +46,7 @@ def left_out_owners(sites, r2, psi_sites, used, side, images, psi_images, beyond
         return owners
     # by weight, so that a few heavy images do not widen every cell's search (a Gaussian density:
     # weights over hundreds of squared spacings)
-    groups = np.array_split(maybe[np.argsort(psi_images[maybe])], min(GROUPS, maybe.shape[0]))
+    groups = _by_weight(maybe[np.argsort(psi_images[maybe])], psi_images, np.median(r2[used]))
     c, z = [], []
     for group in groups:
         top = psi_images[group].max()
@@ -58,7 +60,8 @@ def left_out_owners(sites, r2, psi_sites, used, side, images, psi_images, beyond
         d = sites.shape[1]
         if len(sites) * np.sum(radius[cells] ** d) * (np.pi if d == 2 else 4.19) > PAIRS * cells.shape[0]:
             return None
-        near = cKDTree(images[group]).query_ball_point(sites[cells], radius[cells], return_sorted=False)
+        near = cKDTree(images[group]).query_ball_point(sites[cells], radius[cells], return_sorted=False,
+                                                       workers=settings().threads)
         lengths = np.fromiter(map(len, near), dtype=np.int64, count=len(near))
         c.append(np.repeat(cells, lengths))
         z.append(group[np.fromiter(itertools.chain.from_iterable(near), dtype=np.int64, count=int(lengths.sum()))])
@@ -77,3 +80,16 @@ def left_out_owners(sites, r2, psi_sites, used, side, images, psi_images, beyond
         close[pick] = gap2[pick] - 2.0 * h - psi_images[z[pick]] + psi_sites[c[pick]] < 0.0
     owners[z[close]] = True
     return owners
+
+
+def _by_weight(images, psi_images, span):
+    """The ``images`` (sorted by weight) in groups of weights within ``span`` of the group's
+    least (each group's search widens the balls by its largest weight: within a cell's squared
+    radius, by at most sqrt(2)), or in :data:`GROUPS` groups of as many images where that would
+    take more."""
+    w = psi_images[images]
+    bins = np.floor((w - w[0]) / max(span, np.finfo(w.dtype).tiny))
+    cuts = np.flatnonzero(bins[1:] != bins[:-1]) + 1
+    if cuts.shape[0] < GROUPS:
+        return np.split(images, cuts)
+    return np.array_split(images, min(GROUPS, images.shape[0]))

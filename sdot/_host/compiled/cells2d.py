@@ -320,7 +320,10 @@ def _clip(seeds, psi, active, lo, hi, hints, ring, rows, out, run_rows):
 
 
 def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows, options):
-    """The previous cells moved, or clipped by the ring, if the area sum certifies them; else None."""
+    """The previous cells moved, or clipped by the ring, if the area sum certifies them; else
+    None. An active cell that was empty is clipped by the tree, not counted among the invalid
+    ones; where it reappears, the cells it cuts are clipped again by the tree (as in 3D,
+    :func:`.cells3d._moved_or_ring`)."""
     from .cells3d import tiles
 
     vertices, labels, count = previous
@@ -330,9 +333,11 @@ def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows, options):
     area = np.empty(n)
     run_rows(lambda first, last: moved_rows(first, last, seeds, psi, active, lo, hi, vertices, labels, count, moved_vx,
                                             valid, area, np.empty((v_cap, 3))), n)
-    bad = np.flatnonzero(~valid)
+    was_empty = active & (count == 0)
+    bad = np.flatnonzero(~valid & ~was_empty)
+    emptied = np.flatnonzero(was_empty)
     status = np.zeros(n, np.int8)
-    if bad.shape[0] == 0 and tiles(area, lo, hi):
+    if bad.shape[0] == 0 and emptied.shape[0] == 0 and tiles(area, lo, hi):
         return moved_vx, labels, count, status
     if bad.shape[0] > options.ring_all * n:
         return None
@@ -342,22 +347,27 @@ def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows, options):
         out = _empty(n, v_cap)
     else:
         around = labels[bad]
-        rows = np.unique(np.concatenate([bad, around[around >= 0]]))
+        rows = np.unique(np.concatenate([bad, around[around >= 0], emptied]))
         out = (moved_vx, labels.copy(), count.copy(), status, area)
     _clip(seeds, psi, active, lo, hi, labels, True, rows, out, run_rows)
     if (out[3] != FINE).any():
         return None
-    if not tiles(out[4], lo, hi):
-        # a few cells gained a neighbour beyond the ring: those whose vertices disagree with
-        # their neighbours', and their neighbours, by the tree
+    back = emptied[out[2][emptied] > 0]
+    if back.shape[0] or not tiles(out[4], lo, hi):
+        # a few cells gained a neighbour beyond the ring, or one that reappeared: those whose
+        # vertices disagree with their neighbours', the reappeared ones' neighbours, and their
+        # neighbours, by the tree
         flags = np.empty(n, np.bool_)
         run_rows(lambda first, last: disagreeing(first, last, out[1], out[2], flags), n)
+        cut = out[1][back]
+        flags[cut[cut >= 0]] = True
         suspects = np.flatnonzero(flags)
-        if suspects.shape[0] == 0 or suspects.shape[0] > options.ring_share * n:
+        if suspects.shape[0] > options.ring_share * n:
             return None
         around = out[1][suspects]
         rows = np.unique(np.concatenate([suspects, around[around >= 0]]))
-        _clip(seeds, psi, active, lo, hi, out[1].copy(), False, rows, out, run_rows)
+        if rows.shape[0]:
+            _clip(seeds, psi, active, lo, hi, out[1].copy(), False, rows, out, run_rows)
         if (out[3] != FINE).any() or not tiles(out[4], lo, hi):
             return None
     return out[:4]

@@ -472,12 +472,19 @@ def _tree_of(seeds, active):
 
 def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows, options):
     """The previous cells moved (1 of the module docstring), the invalid ones and their
-    neighbours reclipped by the ring (2), if the certificate accepts them; else None."""
+    neighbours reclipped by the ring (2), if the certificate accepts them; else None.
+
+    An active cell that was empty has no neighbours to move or to ring: it is clipped by the
+    tree (cheaply emptied again, most often), and it does not count among the invalid ones
+    (the images of a periodic diagram, :mod:`sdot._core.periodic`: a fifth of the sites in
+    3D). Where it reappears, the cells it cuts did not know it: they are clipped again by the
+    tree (:func:`_repaired`)."""
     vertices, corners, adjacent, size, labels, count = previous
     n, v_cap, _ = vertices.shape
     moved_vx = np.zeros_like(vertices, dtype=np.float64)
     valid = np.empty(n, np.bool_)
     volume = np.empty(n)
+    was_empty = active & (size == 0)
 
     def move(first, last, step=1):
         moved_rows(first, last, seeds, psi, active, lo, hi, vertices, corners, adjacent, size, labels, moved_vx,
@@ -485,13 +492,14 @@ def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows, options):
 
     step = max(1, n // options.probe)           # a sample first: most cells invalid, no need to move all
     move(0, n, step)
-    if (~valid[::step]).mean() <= 2 * options.ring_share:
+    if (~valid[::step] & ~was_empty[::step]).mean() <= 2 * options.ring_share:
         run_rows(move, n)
-        bad = np.flatnonzero(~valid)
+        bad = np.flatnonzero(~valid & ~was_empty)
     else:
         bad = None
     status = np.zeros(n, np.int8)
-    if bad is not None and bad.shape[0] == 0 and tiles(volume, lo, hi):
+    emptied = np.flatnonzero(was_empty)
+    if bad is not None and bad.shape[0] == 0 and emptied.shape[0] == 0 and tiles(volume, lo, hi):
         return moved_vx, corners, adjacent, size, labels, count, status
     if bad is None or bad.shape[0] > options.ring_share * n:   # every cell by the ring
         rows = np.arange(n)
@@ -499,23 +507,28 @@ def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows, options):
         out = _empty(n, labels.shape[1])
     else:
         around = labels[bad]
-        rows = np.unique(np.concatenate([bad, around[around >= 0]]))
+        rows = np.unique(np.concatenate([bad, around[around >= 0], emptied]))
         out = (moved_vx, corners.copy(), adjacent.copy(), size.copy(), labels.copy(), count.copy(), status, volume)
     _clip(seeds, psi, active, lo, hi, labels, True, rows, out, run_rows)
-    return _repaired(seeds, psi, active, lo, hi, out, run_rows)
+    return _repaired(seeds, psi, active, lo, hi, out, run_rows, emptied)
 
 
-def _repaired(seeds, psi, active, lo, hi, out, run_rows):
+def _repaired(seeds, psi, active, lo, hi, out, run_rows, emptied=None):
     """The cells ``out`` (moved or clipped by the ring) if the certificate accepts them once
     the cells that failed or that a neighbour contradicts (:mod:`.agreement`) are clipped again
-    by the tree; else None. (After the first Newton steps of a 3D box solve at 1e5 seeds, the
-    ring missed a seed in 50 and 2 cells, and 139 and 4 were contradicted.)"""
+    by the tree, and the neighbours of the cells that were ``emptied`` and reappear; else
+    None. (After the first Newton steps of a 3D box solve at 1e5 seeds, the ring missed a seed
+    in 50 and 2 cells, and 139 and 4 were contradicted.)"""
     from .agreement import contradicted
 
-    status, volume = out[6], out[7]
-    if (status == FINE).all() and tiles(volume, lo, hi):
+    status, volume, size, labels = out[6], out[7], out[3], out[4]
+    back = np.zeros(0, np.int64) if emptied is None else emptied[size[emptied] > 0]
+    if (status == FINE).all() and back.shape[0] == 0 and tiles(volume, lo, hi):
         return out[:7]
-    rows = np.flatnonzero((status != FINE) | contradicted(out[1], out[3], out[4], run_rows))
+    redo = (status != FINE) | contradicted(out[1], out[3], out[4], run_rows)
+    cut = labels[back]
+    redo[cut[cut >= 0]] = True
+    rows = np.flatnonzero(redo)
     if rows.shape[0] == 0:
         return None
     _clip(seeds, psi, active, lo, hi, out[4].copy(), False, rows, out, run_rows)
