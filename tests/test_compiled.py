@@ -492,3 +492,41 @@ def integrals2d_masses(x, cells, lo, hi):
     from sdot._host.compiled import integrals2d
 
     return integrals2d.cell_integrals(x, *cells[:3], np.ones((1, 1)), lo, hi)[0][:, 0]
+
+
+@pytest.mark.parametrize("dim, kind", [(2, "weighted"), (2, "lattice"), (3, "hidden"), (3, "lattice")])
+def test_the_descent_finds_whether_a_new_site_owns_a_point(dim, kind):
+    """Sites added to a diagram, outside the box and inside, light and heavy (a Gaussian density's
+    weights): the descent says a site owns a point iff its cell is not empty in the diagram built
+    afresh with it (lattices: many cells at a vertex, where the descent must look at all)."""
+    from sdot._host.compiled import cells2d, descent
+
+    rng = np.random.default_rng(7)
+    x, psi = _planar(kind, rng) if dim == 2 else _seeds(kind, rng)
+    n, lo, hi = len(x), np.zeros(dim), np.ones(dim)
+    kernels, capacity = (cells2d, 16) if dim == 2 else (cells3d, 48)
+    cells = kernels.power_cells(x, psi, np.ones(n, bool), lo, hi, capacity, options=CELLS)
+    m = 60
+    z = np.concatenate([rng.random((m // 2, dim)) * 1.4 - 0.2, np.round(rng.random((m // 2, dim)) * 10) / 10])
+    spread = (1.0 / n) ** (2 / dim)
+    w = spread * rng.choice([-3.0, 0.0, 0.2, 3.0, 30.0], m)
+    count = cells[2] if dim == 2 else cells[5]
+    nonempty = np.flatnonzero(count > 0)
+    starts = nonempty[rng.integers(0, nonempty.shape[0], m)]            # anywhere: the descent walks
+    if dim == 2:
+        got = descent.owners(z, w, starts, x, psi, cells[0], cells[2], cells[1])
+    else:
+        got = descent.owners(z, w, starts, x, psi, cells[0], cells[5], cells[4], cells[3], cells[1])
+    want = []
+    for p in range(m):                              # (room for the cell of a heavy site: 4 times as many slots)
+        with_it = kernels.power_cells(np.vstack([x, z[p:p + 1]]), np.append(psi, w[p]), np.ones(n + 1, bool), lo, hi,
+                                      4 * capacity, options=CELLS)
+        assert np.all(with_it[-1] == kernels.FINE)
+        volume = (integrals2d_masses(np.vstack([x, z[p:p + 1]]), with_it, lo, hi) if dim == 2 else
+                  integrals3d.cell_integrals(np.vstack([x, z[p:p + 1]]), *with_it[:4], with_it[5], np.ones((1, 1, 1)),
+                                             lo, hi, 4 * capacity)[0][:, 0])
+        want.append(volume[n] > 1e-13)
+    want = np.array(want)
+    assert 5 <= want.sum() <= m - 5
+    assert np.all(got[want])                        # never says no to an owner
+    assert np.sum(got & ~want) <= 2                 # yes to a non-owner only at a tie (a cell of no volume)

@@ -139,8 +139,9 @@ def margin_needed(xp, cells, sites, psi_sites, active_sites, n, lo, hi, period, 
     and beats none of them if ``(b + g_c)^2 - psi_z >= R_c^2 - psi_c``: the bound is the largest
     ``sqrt(R_c^2 - psi_c + max psi) - g_c`` over the nonempty active cells. Where it is not met,
     on the host, each cell is tested against the images left out near it, with their own
-    weights, at its vertices (:mod:`sdot._host.periodic_reach`): the margin is then that of the
-    farthest image that may own a point (0 if none)."""
+    weights, at its vertices (:mod:`sdot._host.periodic_reach`), or where weights vary too much
+    for that, each image by a descent over the cells (:mod:`sdot._host.compiled.descent`): the
+    margin is then that of the farthest image that may own a point (0 if none)."""
     r2 = radii2(xp, cells)
     side = xp.min(xp.where((period > 0)[None, :], xp.minimum(sites - lo, hi - sites), xp.inf), axis=1)
     used = active_sites & (cells.count > 0)
@@ -154,7 +155,9 @@ def margin_needed(xp, cells, sites, psi_sites, active_sites, n, lo, hi, period, 
     images = xp.take(sites[:n, :], owner, axis=0) + table.shift[k:, :] * period
     from .._host import periodic_reach
 
-    owning = _compat.on_host(lambda *a: periodic_reach.left_out_owners(*a, support=_support_function(cells)),
+    owning = _compat.on_host(lambda *a: periodic_reach.left_out_owners(*a, support=_support_function(cells),
+                                                                       descend=_descent_function(cells, sites,
+                                                                                                 psi_sites)),
                              sites, r2, psi_sites, used, side, images, xp.take(psi_sites[:n], owner),
                              table.beyond[k:])
     if owning is None:                  # not on the host, or a search too wide: the bound
@@ -218,6 +221,22 @@ def _support_function(cells):
     vertices, count, *spatial = host
     size, corners = spatial if spatial else (None, None)
     return lambda c, e: radii.support(vertices, count, size, corners, c, e)
+
+
+def _descent_function(cells, sites, psi_sites):
+    """``descend(images, weights, starts)`` of :func:`sdot._host.periodic_reach.left_out_owners` by
+    the compiled descent (:mod:`sdot._host.compiled.descent`) over the host's copies of ``cells``
+    (of ``sites``, weights ``psi_sites``), or None where it does not run."""
+    from .._host import compiled
+    from .._host.compiled import descent
+
+    spatial = cells.vertices.shape[-1] == 3
+    arrays = (sites, psi_sites, cells.vertices, cells.count, cells.labels) + ((cells.size, cells.corners) if spatial
+                                                                             else ())
+    host = [_compat.host_view(a) for a in arrays]
+    if any(h is None for h in host) or not compiled.enabled():
+        return None
+    return lambda images, weights, starts: descent.owners(images, weights, starts, *host)
 
 
 def margin_of(table, count, n):

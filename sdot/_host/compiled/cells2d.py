@@ -337,7 +337,7 @@ def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows, options):
     bad = np.flatnonzero(~valid & ~was_empty)
     emptied = np.flatnonzero(was_empty)
     status = np.zeros(n, np.int8)
-    if bad.shape[0] == 0 and emptied.shape[0] == 0 and tiles(area, lo, hi):
+    if bad.shape[0] == 0 and not _reappear(seeds, psi, active, lo, hi, emptied, v_cap, run_rows) and tiles(area, lo, hi):
         return moved_vx, labels, count, status
     if bad.shape[0] > options.ring_all * n:
         return None
@@ -367,10 +367,20 @@ def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows, options):
         around = out[1][suspects]
         rows = np.unique(np.concatenate([suspects, around[around >= 0]]))
         if rows.shape[0]:
-            _clip(seeds, psi, active, lo, hi, out[1].copy(), False, rows, out, run_rows)
+            _clip(seeds, psi, active, lo, hi, None, False, rows, out, run_rows)
         if (out[3] != FINE).any() or not tiles(out[4], lo, hi):
             return None
     return out[:4]
+
+
+def _reappear(seeds, psi, active, lo, hi, rows, capacity, run_rows):
+    """Whether a cell of the ``rows`` (empty in the previous diagram) is not empty, clipped by
+    the tree (into arrays of which only those rows are written)."""
+    if rows.shape[0] == 0:
+        return False
+    out = _empty(seeds.shape[0], capacity)
+    _clip(seeds, psi, active, lo, hi, None, False, rows, out, run_rows)
+    return bool((out[2][rows] > 0).any() | (out[3][rows] != FINE).any())
 
 
 def scratch(n):

@@ -499,7 +499,8 @@ def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows, options):
         bad = None
     status = np.zeros(n, np.int8)
     emptied = np.flatnonzero(was_empty)
-    if bad is not None and bad.shape[0] == 0 and emptied.shape[0] == 0 and tiles(volume, lo, hi):
+    if (bad is not None and bad.shape[0] == 0 and not _reappear(seeds, psi, active, lo, hi, emptied, labels.shape[1],
+                                                                run_rows) and tiles(volume, lo, hi)):
         return moved_vx, corners, adjacent, size, labels, count, status
     if bad is None or bad.shape[0] > options.ring_share * n:   # every cell by the ring
         rows = np.arange(n)
@@ -513,6 +514,16 @@ def _moved_or_ring(seeds, psi, active, lo, hi, previous, run_rows, options):
     return _repaired(seeds, psi, active, lo, hi, out, run_rows, emptied)
 
 
+def _reappear(seeds, psi, active, lo, hi, rows, capacity, run_rows):
+    """Whether a cell of the ``rows`` (empty in the previous diagram) is not empty, clipped by
+    the tree (into arrays of which only those rows are written: their zeros cost no memory)."""
+    if rows.shape[0] == 0:
+        return False
+    out = _empty(seeds.shape[0], capacity)
+    _clip(seeds, psi, active, lo, hi, None, False, rows, out, run_rows)
+    return bool((out[3][rows] > 0).any() | (out[6][rows] != FINE).any())
+
+
 def _repaired(seeds, psi, active, lo, hi, out, run_rows, emptied=None):
     """The cells ``out`` (moved or clipped by the ring) if the certificate accepts them once
     the cells that failed or that a neighbour contradicts (:mod:`.agreement`) are clipped again
@@ -523,15 +534,15 @@ def _repaired(seeds, psi, active, lo, hi, out, run_rows, emptied=None):
 
     status, volume, size, labels = out[6], out[7], out[3], out[4]
     back = np.zeros(0, np.int64) if emptied is None else emptied[size[emptied] > 0]
-    if (status == FINE).all() and back.shape[0] == 0 and tiles(volume, lo, hi):
+    if back.shape[0]:
+        cut = labels[back]
+        _clip(seeds, psi, active, lo, hi, None, False, np.unique(cut[cut >= 0]), out, run_rows)
+    if (status == FINE).all() and tiles(volume, lo, hi):
         return out[:7]
-    redo = (status != FINE) | contradicted(out[1], out[3], out[4], run_rows)
-    cut = labels[back]
-    redo[cut[cut >= 0]] = True
-    rows = np.flatnonzero(redo)
+    rows = np.flatnonzero((status != FINE) | contradicted(out[1], out[3], out[4], run_rows))
     if rows.shape[0] == 0:
         return None
-    _clip(seeds, psi, active, lo, hi, out[4].copy(), False, rows, out, run_rows)
+    _clip(seeds, psi, active, lo, hi, None, False, rows, out, run_rows)
     if (status != FINE).any() or not tiles(volume, lo, hi):
         return None
     return out[:7]
