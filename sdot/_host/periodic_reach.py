@@ -68,8 +68,8 @@ def left_out_owners(sites, r2, psi_sites, used, side, images, psi_images, beyond
         cells = np.flatnonzero(radius > side_reached + beyond[group].min())
         if cells.shape[0] == 0:
             continue
-        # about as many images in each ball as seeds in its volume: refuse a search too wide (then
-        # the global bound of :func:`sdot._core.periodic.margin_needed` decides)
+        # about as many images in each ball as seeds in its volume: a search too wide is left to
+        # the descent (without it, to the global bound of :func:`sdot._core.periodic.margin_needed`)
         d = sites.shape[1]
         if len(sites) * np.sum(radius[cells] ** d) * (np.pi if d == 2 else 4.19) > PAIRS * cells.shape[0]:
             return None if descend is None else _descended(sites, used, images, psi_images, maybe, descend)
