@@ -529,6 +529,8 @@ def convert_like(x, like):
             return x
         if not is_tracer(like):             # one framework: device to device, not via the host
             return aac.to_device(x, device_of(like))
+    if aac.is_jax_array(x) and aac.is_jax_array(like) and (is_tracer(x) or is_tracer(like)):
+        return x                            # traced (a constant under jax.jit, or another level): JAX lifts it
     host = _to_host(x)
     if aac.is_numpy_array(like):
         return host

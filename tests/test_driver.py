@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
+import sdot
 from sdot import _driver
 from sdot._core import _compat
 from sdot._driver import Driver, compute_dtype, device_of, namespace, to_array
@@ -219,6 +220,19 @@ def test_tracers_are_kept(sdot_driver):
 
 def assert_is(a, b):
     assert a is b
+
+
+def test_numpy_weights_beside_positions_traced_twice(sdot_driver):
+    """``jax.jit(jax.grad(...))`` of positions with NumPy weights: the weights, a constant of the
+    jit trace, are kept beside the grad's tracer, not brought to the host (a
+    TracerArrayConversionError before)."""
+    sdot_driver.framework = "jax"
+    x, m = np.random.default_rng(0).random((20, 2)), np.full(20, 1 / 20)
+
+    def w(p):
+        return sdot.distance(sdot.SumOfWeightedDiracs(p, m), sdot.Grid(np.ones((2, 2))))
+    eager = jax.grad(w)(jnp.asarray(x))
+    assert np.asarray(jax.jit(jax.grad(w))(jnp.asarray(x))) == pytest.approx(np.asarray(eager), rel=1e-12)
 
 
 # ------------------------------------------------------------------ rule 2
