@@ -183,21 +183,19 @@ def check_metric(metric):
 def with_metric(xp, prob, metric, partial):
     """``prob`` with the period of each axis of a periodic ``metric`` (:mod:`._core.periodic`),
     where that is solved: on the host (NumPy, torch, array_api_strict, JAX on the CPU, eagerly
-    or by the callback under ``jax.jit``: :mod:`._routes`), in 2D and 3D, balanced transport.
+    or by the callback under ``jax.jit``: :mod:`._routes`), in 1D, 2D and 3D, balanced transport.
     Otherwise a ``NotImplementedError`` that says what is supported."""
     if not check_metric(metric):
         return prob
     dim = prob.seeds.shape[1]
     where = None
-    if dim == 1:
-        where = "in 1D (the circle)"
-    elif partial:
+    if partial:
         where = "for partial transport (a target heavier than the source)"
     elif not aac.is_jax_namespace(xp) and _autodiff.transformed(prob.seeds, prob.masses, *prob.density):
         where = "under torch.func transforms"
     if where is not None:
         raise NotImplementedError(f"metric=PeriodicMetric is not supported {where} yet; it is solved on the host in "
-                                  "2D and 3D (NumPy, torch, array_api_strict, JAX on the CPU, jax.jit included)")
+                                  "1D, 2D and 3D (NumPy, torch, array_api_strict, JAX on the CPU, jax.jit included)")
     lo, hi = (_autodiff.detach(a) for a in (prob.lo, prob.hi))
     if _driver.is_tracer(lo) or _driver.is_tracer(hi):     # traced domain: the metric's periods, unchecked
         period = [0.0 if p is None else p for p in metric.period]

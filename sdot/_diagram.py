@@ -114,8 +114,6 @@ class PowerDiagram(JaxPytree):
                             mass=None).with_dim(src.dim)
         self._state = None
         if metric is not None and not isinstance(metric, metrics.Norm2):
-            if src.dim == 1:
-                raise NotImplementedError("PowerDiagram with metric=PeriodicMetric is 2D or 3D (not the circle yet)")
             lo, hi = (np.asarray(_to_numpy(a), dtype=np.float64).tolist() for a in self._target.domain)
             self._period = tuple(metrics.periods(metric, lo, hi))
 
@@ -288,7 +286,9 @@ class PowerDiagram(JaxPytree):
         ax = plt.gca() if ax is None else ax
         verts, count = _to_numpy(cells.vertices), _to_numpy(cells.count)
         if seeds.shape[1] == 1:
-            return _plot_intervals(ax, seeds[:, 0], verts[:, :, 0] + seeds, count > 0, points, style)
+            labels = None if self._owner is None else _to_numpy(cells.labels)
+            return _plot_intervals(ax, seeds[:, 0], verts[:, :, 0] + seeds, count > 0, points, style, labels,
+                                   self.positions.shape[0])
         k = np.arange(verts.shape[1])
         nxt = np.where(k[None, :] + 1 < count[:, None], k[None, :] + 1, 0)
         a = verts + seeds[:, None, :]
@@ -335,16 +335,19 @@ def _cut_by_disc(polygon, radius, sides=180):
     return polygon if len(polygon) >= 3 else np.zeros((0, 2))
 
 
-def _plot_intervals(ax, seeds, ends, live, points, style):
+def _plot_intervals(ax, seeds, ends, live, points, style, labels=None, n=None):
     """:meth:`PowerDiagram.plot` in 1D: the cells' ends as ticks on the line y = 0, each seed
-    joined to its cell by a thin segment."""
-    ends = ends[live]
-    ax.plot([ends.min(), ends.max()], [0.0, 0.0], **({"color": "k", "lw": 0.5} | style))
-    ax.plot(np.unique(ends), np.zeros(len(np.unique(ends))), "|", color="k", ms=12)
+    joined to its cell by a thin segment. On the circle (``labels`` of the cells of the sites,
+    the ``n`` Diracs first): no tick at the domain's ends, and a piece whose site is an image
+    joined to the side it comes through."""
+    lo, hi = ends[live].min(), ends[live].max()
+    ticks = ends[live] if labels is None else ends[live[:, None] & (labels >= 0)]
+    ax.plot([lo, hi], [0.0, 0.0], **({"color": "k", "lw": 0.5} | style))
+    ax.plot(np.unique(ticks), np.zeros(len(np.unique(ticks))), "|", color="k", ms=12)
     if points:
-        ax.plot(seeds, np.full(len(seeds), 0.1), ".", ms=4, color="C3")
-        mid = ends.mean(axis=1)
-        ax.plot(np.stack([seeds[live], mid]), np.stack([np.full(len(mid), 0.1), np.zeros(len(mid))]),
-                color="C3", lw=0.3)
+        ax.plot(seeds[:n], np.full(len(seeds[:n]), 0.1), ".", ms=4, color="C3")
+        mid = ends[live].mean(axis=1)
+        start = np.clip(seeds[live], lo, hi)
+        ax.plot(np.stack([start, mid]), np.stack([np.full(len(mid), 0.1), np.zeros(len(mid))]), color="C3", lw=0.3)
     ax.autoscale_view()
     return ax

@@ -184,6 +184,11 @@ def evaluate(xp, prob, psi, active, capacity, previous, diagram, trial):
     geom = geometry.of(dim)
     capacity = geom.CAPACITY if capacity is None else capacity
     table = table_of(xp, prob)
+    if dim == 1:                        # the circle: every image within half a period (at most 2 n)
+        site_positions, owner = sites(xp, prob.seeds, prob.period, table, n + table.owner.shape[0])
+        cells = geom.power_cells(xp, site_positions, xp.take(psi, owner), xp.take(active, owner), prob.lo, prob.hi)
+        moments, facet = prob.density.integrals(xp, site_positions, cells)
+        return cells, folded_rows(xp, moments, owner, n), facet
     if previous is not None:
         count = previous.labels.shape[0]
     else:

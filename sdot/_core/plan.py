@@ -175,12 +175,12 @@ def evaluation_at(xp, prob, psi, active, with_sites=False):
     the problem's), brought back to the problem's units. What a solve's derivatives need,
     rebuilt from its weights without a Newton step. ``with_sites``: and the ``(sites, owner)``
     of its cells on a periodic domain (``(None, None)`` else), as :func:`solve_plan`'s state."""
+    if prob.period is not None:
+        prob = prob._replace(seeds=periodic.fold_onto(xp, prob.seeds, prob.lo, prob.period))
     if getattr(geometry.of_seeds(prob.seeds), "solve", None) is not None:
         ev = grown_until_fits(lambda capacity: evaluation.evaluate(xp, prob, psi, active, capacity=capacity),
                               lambda ev: xp.any(ev.cells.overflow), prob.seeds.shape[1])
-        return (ev, (None, None)) if with_sites else ev
-    if prob.period is not None:
-        prob = prob._replace(seeds=periodic.fold_onto(xp, prob.seeds, prob.lo, prob.period))
+        return (ev, _sites(xp, prob, prob, ev.cells)) if with_sites else ev
     unit, scale = normalised(xp, prob)
     ev = grown_until_fits(lambda capacity: evaluation.evaluate(xp, unit, psi / (scale * scale), active,
                                                            capacity=capacity),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import _compat, evaluation
+from .. import _compat, evaluation, periodic
 from . import bernstein, integrate
 from .cells import clamp, intervals, live_order
 
@@ -32,8 +32,15 @@ def solve(xp, prob, active, targets, log=None):
     """The :class:`..evaluation.Solution` of ``prob`` in closed form, in the problem's units:
     the weights ``psi`` (0 on the inactive Diracs), the cells and their moments, the max
     cell-mass error (rounding: the plan is exact), no Newton step."""
-    psi, cells = weights_and_cells(xp, prob.seeds, active, targets, prob.density.values, prob.lo, prob.hi)
-    moments, facet = prob.density.integrals(xp, prob.seeds, cells)
+    if prob.period is not None:                      # the circle (:mod:`.circle`): the cells are the sites'
+        from . import circle
+
+        psi, cells, sites, owner = circle.weights_and_cells(xp, prob, active, targets)
+        moments, facet = prob.density.integrals(xp, sites, cells)
+        moments = periodic.folded_rows(xp, moments, owner, prob.seeds.shape[0])
+    else:
+        psi, cells = weights_and_cells(xp, prob.seeds, active, targets, prob.density.values, prob.lo, prob.hi)
+        moments, facet = prob.density.integrals(xp, prob.seeds, cells)
     residual, converged, status = _report(xp, moments, targets, active)
     dev = aac.device(psi)
     steps = xp.asarray(0, dtype=xp.int64, device=dev)
@@ -91,11 +98,8 @@ def inverse_cdf(xp, levels, preferred, values, lo, hi):
     level. A level within ``4 eps`` of the total of a grid edge's ``P`` is moved onto it.
     """
     n0 = values.shape[0]
-    dev = aac.device(values)
-    edges = integrate.grid_edges(xp, lo, hi, n0)
+    edges, cumulative = cumulative_masses(xp, values, lo, hi)
     polynomial = values.ndim == 2                    # Bernstein coefficients (n0, p + 1)
-    masses = bernstein.segment_masses(xp, values, lo, hi) if polynomial else values * (edges[1:] - edges[:-1])
-    cumulative = xp.concat([xp.zeros((1,), dtype=values.dtype, device=dev), prefix_sums(xp, masses)])
     # snap onto the mass at the nearest edge
     above = clamp(xp, xp.searchsorted(cumulative, levels), 1, n0)
     lower, upper = xp.take(cumulative, above - 1), xp.take(cumulative, above)
@@ -127,6 +131,17 @@ def inverse_cdf(xp, levels, preferred, values, lo, hi):
     else:
         last = on_segment(k_last)
     return xp.minimum(xp.maximum(preferred, first), xp.maximum(first, last))
+
+
+def cumulative_masses(xp, values, lo, hi):
+    """``(edges, cumulative)`` (n0 + 1,): the grid's edges and the density's mass before each
+    (``values``: constant per segment (n0,) or Bernstein coefficients (n0, p + 1))."""
+    n0 = values.shape[0]
+    edges = integrate.grid_edges(xp, lo, hi, n0)
+    polynomial = values.ndim == 2
+    masses = bernstein.segment_masses(xp, values, lo, hi) if polynomial else values * (edges[1:] - edges[:-1])
+    zero = xp.zeros((1,), dtype=values.dtype, device=aac.device(values))
+    return edges, xp.concat([zero, prefix_sums(xp, masses)])
 
 
 def prefix_sums(xp, x, block: int = 32):
