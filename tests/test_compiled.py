@@ -513,10 +513,22 @@ def test_the_descent_finds_whether_a_new_site_owns_a_point(dim, kind):
     count = cells[2] if dim == 2 else cells[5]
     nonempty = np.flatnonzero(count > 0)
     starts = nonempty[rng.integers(0, nonempty.shape[0], m)]            # anywhere: the descent walks
-    if dim == 2:
-        got = descent.owners(z, w, starts, x, psi, cells[0], cells[2], cells[1])
-    else:
-        got = descent.owners(z, w, starts, x, psi, cells[0], cells[5], cells[4], cells[3], cells[1])
+    geometry = (x, psi, cells[0], cells[2], cells[1]) if dim == 2 else (x, psi, cells[0], cells[5], cells[4], cells[3],
+                                                                          cells[1])
+    ends = np.empty(m, np.int64)
+    got = descent.owners(z, w, starts, *geometry, ends=ends)
+    # from where the descents stopped (nonempty cells), the same answers; through the periodic
+    # test's memory too, with starts out of range, on empty cells or unknown (found by a cKDTree)
+    assert np.all(count[ends] > 0)
+    assert np.array_equal(descent.owners(z, w, ends, *geometry), got)
+    from sdot._host import periodic_reach
+
+    memory = periodic_reach.DescentMemory(m)
+    memory.starts[:] = rng.choice([-1, n + 5] + list(np.flatnonzero(count == 0)[:1]), m)
+    descend = lambda *a: descent.owners(*a[:3], *geometry, ends=a[3])      # noqa: E731
+    for _ in range(2):
+        assert np.array_equal(periodic_reach._descended(x, count > 0, z, w, np.arange(m), descend, memory), got)
+        assert np.all(count[memory.starts] > 0)
     want = []
     for p in range(m):                              # (room for the cell of a heavy site: 4 times as many slots)
         with_it = kernels.power_cells(np.vstack([x, z[p:p + 1]]), np.append(psi, w[p]), np.ones(n + 1, bool), lo, hi,

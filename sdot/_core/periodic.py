@@ -157,7 +157,9 @@ def margin_needed(xp, cells, sites, psi_sites, active_sites, n, lo, hi, period, 
 
     owning = _compat.on_host(lambda *a: periodic_reach.left_out_owners(*a, support=_support_function(cells),
                                                                        descend=_descent_function(cells, sites,
-                                                                                                 psi_sites)),
+                                                                                                 psi_sites),
+                                                                       memory=periodic_reach.descent_memory(
+                                                                           (id(table), n + k), images.shape[0])),
                              sites, r2, psi_sites, used, side, images, xp.take(psi_sites[:n], owner),
                              table.beyond[k:])
     if owning is None:                  # not on the host, or a search too wide: the bound
@@ -241,7 +243,7 @@ def _descent_function(cells, sites, psi_sites):
     host = [_compat.host_view(a) for a in arrays]
     if any(h is None for h in host) or not compiled.enabled():
         return None
-    return lambda images, weights, starts: descent.owners(images, weights, starts, *host)
+    return lambda images, weights, starts, ends: descent.owners(images, weights, starts, *host, ends=ends)
 
 
 def margin_of(table, count, n):

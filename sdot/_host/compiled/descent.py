@@ -65,7 +65,7 @@ def _has_vertex(i, x, tol, sites, vertices, size, corners, spatial):
 
 @njit
 def _descend(first, last, images, psi_images, starts, sites, psi, vertices, size, corners, labels, count, tol,
-             spatial, out, x, fan):
+             spatial, out, ends, x, fan):
     d = sites.shape[1]
     for p in range(first, last):
         z = images[p]
@@ -110,13 +110,16 @@ def _descend(first, last, images, psi_images, starts, sites, psi, vertices, size
                 break
             c = best_cell
         out[p] = owns
+        ends[p] = c
 
 
-def owners(images, psi_images, starts, sites, psi, vertices, count, labels, size=None, corners=None):
+def owners(images, psi_images, starts, sites, psi, vertices, count, labels, size=None, corners=None, ends=None):
     """Whether each site of ``images`` (m, d), weights ``psi_images``, would own a point of the
     diagram of ``sites`` (their weights ``psi``; 2D cells ``vertices`` (relative to the sites),
     ``count``, ``labels``, or 3D ones with ``size`` and ``corners`` too), each descent starting
-    from the (nonempty) cell ``starts[p]``, (m,) booleans."""
+    from the (nonempty) cell ``starts[p]``, (m,) booleans. ``ends`` (m,) int64, if given: set to
+    the cell where each descent stopped (where ``g`` is least, if the site owns no point), a start
+    for the next test at nearby weights."""
     from . import run_rows
 
     spatial = size is not None
@@ -135,7 +138,8 @@ def owners(images, psi_images, starts, sites, psi, vertices, count, labels, size
     span = float(np.max(np.abs(sites))) + float(np.max(np.abs(vertices))) if sites.shape[0] else 1.0
     tol = 1e-9 * max(span, 1e-300)
     out = np.empty(images.shape[0], np.bool_)
+    ends = np.empty(images.shape[0], np.int64) if ends is None else ends
     run_rows(lambda first, last: _descend(first, last, images, psi_images, starts, sites, psi, vertices, size, corners,
-                                          labels, count, tol, spatial, out, np.empty(sites.shape[1]),
+                                          labels, count, tol, spatial, out, ends, np.empty(sites.shape[1]),
                                           np.empty(FAN, np.int64)), images.shape[0])
     return out
