@@ -144,7 +144,7 @@ def test_what_is_not_solved_says_so():
         sdot.distance(sdot.SumOfDiracs(pts, mass=2.0), sdot.Grid(np.ones((2, 2))))
     with pytest.raises(NotImplementedError, match="solved in 1D and 2D"):
         sdot.distance(sdot.SumOfDiracs(np.random.default_rng(0).random((10, 3))), sdot.Grid(np.ones((2, 2, 2)), mass=2))
-    with pytest.raises(NotImplementedError, match="one value per cell"):
+    with pytest.raises(NotImplementedError, match="2D polynomial or spline grid"):
         sdot.distance(sdot.SumOfDiracs(pts), sdot.PolynomialGrid(np.ones((2, 2, 4)), mass=2))
     torch = pytest.importorskip("torch")
     x = torch.asarray(pts, requires_grad=True)
@@ -327,6 +327,77 @@ def test_gradients_on_a_line_match_finite_differences():
         args = (lambda a: (a, img)) if base is x else (lambda a: (x, a))
         fd = (float(f(*args(up))) - float(f(*args(down)))) / (2 * h)
         assert float(grad[k]) == pytest.approx(fd, rel=1e-6)
+
+
+@pytest.mark.parametrize("y", [0.5, 0.13])
+def test_one_dirac_on_a_polynomial_line(eager_backend, y):
+    """One Dirac of mass 1 in a Bernstein density of mass 2 (degree 3): it takes the interval
+    ``[y - r, y + r]`` (cut by the domain) holding mass 1; ``r`` found here by bisection on the
+    quadrature of the polynomials (cut at the cells' edges: exact), W2^2 by the same quadrature."""
+    b = eager_backend
+    coefficients = 0.2 + np.random.default_rng(3).random((5, 4))
+    def on(r, power=0):     # the integral of (x - y)^power rho over [y - r, y + r], to rounding
+        a, c = max(y - r, 0.0), min(y + r, 1.0)
+        edges = np.unique(np.concatenate([[a, c], np.arange(6)[(np.arange(6) / 5 > a) & (np.arange(6) / 5 < c)] / 5]))
+        total = 0.0
+        for a, c in zip(edges[:-1], edges[1:]):
+            k = min(int(a * 5), 4)
+            xs, ws = np.polynomial.legendre.leggauss(12)
+            u = a + (c - a) * 0.5 * (xs + 1)
+            local = np.stack([math.comb(3, j) * (u * 5 - k) ** j * (1 - (u * 5 - k)) ** (3 - j) for j in range(4)], 1)
+            total += (0.5 * (c - a) * ws * (local @ coefficients[k]) * (u - y) ** power).sum()
+        return 2.0 * total / coefficients.mean()         # (a cell's mass: its mean coefficient / 5)
+    low, high = 0.0, 1.0
+    for _ in range(100):
+        mid = 0.5 * (low + high)
+        low, high = (mid, high) if on(mid) < 1.0 else (low, mid)
+    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs1d(b.asarray([y])),
+                                       sdot.PolynomialGrid(b.asarray(coefficients), mass=2))
+    assert float(plan.distance) == pytest.approx(on(high, 2), rel=1e-12)
+    assert float(plan.brenier_potential[0]) == pytest.approx(high * high, rel=1e-10)
+
+
+def test_polynomial_and_spline_lines(numpy_driver):
+    """Many Diracs against a Bernstein grid and a spline: every Dirac takes its mass; a constant
+    spline is the uniform density (disjoint balls: ``W2^2 = sum 2 rho r^3 / 3``, ``r = m / (2
+    rho)``); a target barely heavier tends to the balanced transport."""
+    rng = np.random.default_rng(4)
+    x, coefficients = 0.1 + 0.8 * rng.random(40), 0.3 + rng.random((7, 3))
+    for target in (sdot.PolynomialGrid(coefficients, mass=1.7), sdot.SplineGrid(0.3 + rng.random(9), mass=1.7)):
+        plan = sdot.optimal_transport_plan(sdot.SumOfDiracs1d(x), target)
+        assert np.asarray(plan.cell_masses) == pytest.approx(np.full(40, 1 / 40), abs=1e-11)
+    spread = np.array([0.1, 0.3, 0.5, 0.9])
+    w = float(sdot.distance(sdot.SumOfDiracs1d(spread), sdot.SplineGrid(np.full(6, 0.4), mass=3.0)))
+    assert w == pytest.approx(4 * 2 * 3.0 * (0.25 / 6) ** 3 / 3, rel=1e-12)
+    balanced = float(sdot.distance(sdot.SumOfDiracs1d(x), sdot.PolynomialGrid(coefficients)))
+    nearly = float(sdot.distance(sdot.SumOfDiracs1d(x), sdot.PolynomialGrid(coefficients, mass=1 + 1e-5)))
+    assert nearly == pytest.approx(balanced, rel=1e-3) and nearly < balanced
+
+
+def test_polynomial_line_gradients_match_finite_differences():
+    """dW/dy and dW/d(coefficients) (through torch) against central differences; JAX agrees."""
+    torch = pytest.importorskip("torch")
+    import jax
+
+    rng = np.random.default_rng(5)
+    x, coefficients = 0.2 + 0.6 * rng.random(20), 0.3 + rng.random((6, 3))
+    f = lambda x, c: sdot.distance(sdot.SumOfDiracs1d(x), sdot.PolynomialGrid(c, mass=1.6))   # noqa: E731
+    xt, ct = torch.asarray(x, requires_grad=True), torch.asarray(coefficients, requires_grad=True)
+    f(xt, ct).backward()
+    h = 1e-6
+    for k in (0, 7):
+        e = np.zeros(20)
+        e[k] = h
+        assert float(xt.grad[k]) == pytest.approx((float(f(x + e, coefficients)) - float(f(x - e, coefficients)))
+                                                  / (2 * h), rel=1e-6)
+    for k in ((2, 1), (4, 0)):
+        e = np.zeros((6, 3))
+        e[k] = h
+        assert float(ct.grad[k]) == pytest.approx((float(f(x, coefficients + e)) - float(f(x, coefficients - e)))
+                                                  / (2 * h), rel=1e-5, abs=1e-9)
+    gj = jax.grad(f, argnums=(0, 1))(jax.numpy.asarray(x), jax.numpy.asarray(coefficients))
+    assert np.asarray(gj[0]) == pytest.approx(xt.grad.numpy(), rel=1e-10)
+    assert np.asarray(gj[1]) == pytest.approx(ct.grad.numpy(), rel=1e-10, abs=1e-14)
 
 
 def test_inputs_users_bring():

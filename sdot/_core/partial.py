@@ -14,8 +14,9 @@ with zero regions, it goes on over uniform backgrounds (:func:`background_levels
 
 The start: see :func:`initial_weights`.
 
-1D and 2D grids of one value per cell only, eagerly (the public layer, :mod:`sdot._partial`, brings
-JAX arrays to the host); the other cases are refused by :func:`check_supported`.
+1D grids of any degree and 2D grids of one value per cell, eagerly (the public layer,
+:mod:`sdot._partial`, brings JAX arrays to the host); the other cases are refused by
+:func:`check_supported`.
 """
 from __future__ import annotations
 
@@ -43,9 +44,10 @@ def check_supported(dim, pixels):
     if dim not in (1, 2):
         raise NotImplementedError(f"partial transport (a target heavier than the source) is solved in 1D and 2D; "
                                   f"this source is {dim}D")
-    if not pixels:
+    if not pixels and dim != 1:
         raise NotImplementedError("partial transport is solved against grids of one value per cell "
-                                  "(Grid / PolynomialGrid of degree 0); this target is a polynomial or spline grid")
+                                  "(Grid / PolynomialGrid of degree 0) in 2D, and against polynomial and spline "
+                                  "grids in 1D only; this target is a 2D polynomial or spline grid")
 
 
 def evaluate(xp, prob, psi, active, previous=None):
@@ -106,6 +108,15 @@ def initial_weights(xp, prob, active, targets, options=DEFAULT, max_iter=300):
     return high * ones, Evaluation(cells, moments, facet), arc
 
 
+def _total_mass(xp, prob):
+    """The density's mass: per grid cell its volume times its mean value (that of its Bernstein
+    coefficients, for a polynomial grid)."""
+    values, dim = prob.density.values, prob.seeds.shape[1]
+    means = xp.mean(values, axis=-1) if values.ndim > dim else values
+    cells = xp.asarray(means.shape, dtype=prob.hi.dtype, device=aac.device(values))
+    return float(xp.sum(means) * xp.prod((prob.hi - prob.lo) / cells))
+
+
 def balanced_start(xp, prob, active, targets, options=DEFAULT, max_iter=300):
     """The balanced transport's cells ``L_i`` (weights ``w``) to the target scaled to the
     source's mass, each holding its target times ``M_t / M_s``, cut by the balls of weights
@@ -115,9 +126,7 @@ def balanced_start(xp, prob, active, targets, options=DEFAULT, max_iter=300):
     cell then holds mass, but the balls cover most cells whole (no arc: the Newton matrix is a
     Laplacian there), and the steps are short: 1,000 to 10,000 Diracs uniform in the unit square
     over a 20x20 square of a 64x64 image take 38 to 139 steps (7 or 8 for their balanced transport)."""
-    ratio = float(xp.sum(prob.density.values) * xp.prod((prob.hi - prob.lo) / xp.asarray(
-        prob.density.values.shape, dtype=prob.hi.dtype, device=aac.device(targets))))
-    ratio /= float(xp.sum(xp.where(active, targets, 0.0)))
+    ratio = _total_mass(xp, prob) / float(xp.sum(xp.where(active, targets, 0.0)))
     smallest = float(xp.min(xp.where(active, targets, xp.inf)))
     balanced = newton.solve(xp, prob, options.partial_balanced_tol * smallest * ratio, max_iter, active,
                             targets * ratio, options=options)
