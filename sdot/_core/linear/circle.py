@@ -30,7 +30,7 @@ import array_api_compat as aac
 
 from .. import periodic
 from .cells import clamp, intervals, live_order
-from .closed_form import cumulative_masses, inverse_cdf, prefix_sums
+from .cdf import cumulative_masses, inverse_cdf, prefix_sums
 
 #: The most secant (or bisection) steps on the shift; each at least halves the bracket every
 #: other step, so 2 x 64 reach the rounding of a double.
