@@ -30,6 +30,7 @@ from typing import NamedTuple
 import array_api_compat as aac
 
 from . import _compat
+from .options import DIAGRAM
 
 
 class ImageTable(NamedTuple):
@@ -127,7 +128,7 @@ def sites(xp, seeds, period, table, count):
     return xp.concat([seeds, images], axis=0), xp.concat([ids, owner])
 
 
-def margin_needed(xp, cells, sites, psi_sites, active_sites, n, lo, hi, period, table):
+def margin_needed(xp, cells, sites, psi_sites, active_sites, n, lo, hi, period, table, diagram=None):
     """``(margin, exact)``: the distance beyond the box from which no image left out of the
     diagram (the rows of ``table`` after the sites', the ``n`` seeds and the first ``len(sites)
     - n`` rows) can own a point of its cells (the diagram is exact if the first image left out is
@@ -141,7 +142,9 @@ def margin_needed(xp, cells, sites, psi_sites, active_sites, n, lo, hi, period, 
     on the host, each cell is tested against the images left out near it, with their own
     weights, at its vertices (:mod:`sdot._host.periodic_reach`), or where weights vary too much
     for that, each image by a descent over the cells (:mod:`sdot._host.compiled.descent`): the
-    margin is then that of the farthest image that may own a point (0 if none)."""
+    margin is then that of the farthest image that may own a point (0 if none). ``diagram``: the
+    :class:`.options.DiagramOptions` (the default's if None)."""
+    diagram = DIAGRAM if diagram is None else diagram
     r2 = radii2(xp, cells)
     side = xp.min(xp.where((period > 0)[None, :], xp.minimum(sites - lo, hi - sites), xp.inf), axis=1)
     used = active_sites & (cells.count > 0)
@@ -159,7 +162,9 @@ def margin_needed(xp, cells, sites, psi_sites, active_sites, n, lo, hi, period, 
                                                                        descend=_descent_function(cells, sites,
                                                                                                  psi_sites),
                                                                        memory=periodic_reach.descent_memory(
-                                                                           (id(table), n + k), images.shape[0])),
+                                                                           (id(table), n + k), images.shape[0]),
+                                                                       groups=diagram.periodic_groups,
+                                                                       pairs=diagram.periodic_pairs),
                              sites, r2, psi_sites, used, side, images, xp.take(psi_sites[:n], owner),
                              table.beyond[k:])
     if owning is None:                  # not on the host, or a search too wide: the bound
@@ -204,7 +209,7 @@ def evaluate(xp, prob, psi, active, capacity, previous, diagram, trial):
         cells = geom.power_cells(xp, site_positions, psi_sites, active_sites, prob.lo, prob.hi, None, capacity,
                                  previous=previous if same else None, options=diagram)
         need, exact = margin_needed(xp, cells, site_positions, psi_sites, active_sites, n, prob.lo, prob.hi,
-                                    prob.period, table)
+                                    prob.period, table, diagram)
         if margin_of(table, count, n) >= need:
             break
         count = max(n + images_within(xp, table, (diagram.periodic_growth if exact else 1.0) * need), count + 1)

@@ -17,15 +17,6 @@ import itertools
 import numpy as np
 
 
-#: The images tested are split into at most this many groups by weight (each searched with its
-#: own largest weight; a 2D box at 1e5: 16 groups 15-75 ms a test, 2 groups 4-13 ms; where the
-#: weights vary more, the balls are too wide either way and the descent tests the images).
-GROUPS = 2
-#: The most images a cell's search may meet on average (beyond, the test is left to the descent,
-#: or to the bound without it).
-PAIRS = 512
-
-
 class DescentMemory:
     """What the tests of one diagram's images left out keep for the next (:func:`descent_memory`):
     ``starts`` (m,) the cell where each image's last descent stopped (-1: none yet), at the next
@@ -72,7 +63,7 @@ def descent_memory(key, m):
 
 
 def left_out_owners(sites, r2, psi_sites, used, side, images, psi_images, beyond, support=None, descend=None,
-                    memory=None):
+                    memory=None, groups=2, pairs=512):
     """Which left-out images (``images`` (m, d), their weights, their distances ``beyond`` the
     box, nearest first) may own a point of a cell (``used`` ones, of ``sites`` with squared
     radii ``r2``, weights ``psi_sites`` and distances ``side`` to the periodic sides), (m,); None
@@ -87,7 +78,9 @@ def left_out_owners(sites, r2, psi_sites, used, side, images, psi_images, beyond
     a Gaussian density and 1e5 uniform Diracs on the torus, 0.1 s a test instead of the bound's
     twice as many sites; slower than the balls where they are narrow: 0.2-0.7 s on a 3D box
     instead of 0.04 s). ``memory``: a :class:`DescentMemory` of the same sites and images, the
-    descents' starts (without it each test finds them by a cKDTree: 80 of its 110 ms at 1e5)."""
+    descents' starts (without it each test finds them by a cKDTree: 80 of its 110 ms at 1e5).
+    ``groups``, ``pairs``: :attr:`sdot._core.options.DiagramOptions.periodic_groups` and
+    ``periodic_pairs``."""
     owners = np.zeros(images.shape[0], np.bool_)
     if images.shape[0] == 0 or not used.any():
         return owners
@@ -102,14 +95,14 @@ def left_out_owners(sites, r2, psi_sites, used, side, images, psi_images, beyond
         return owners
     # by weight, so that a few heavy images do not widen every cell's search (a Gaussian density:
     # weights over hundreds of squared spacings)
-    groups = _by_weight(maybe[np.argsort(psi_images[maybe])], psi_images, np.median(r2[used]))
+    by_weight = _by_weight(maybe[np.argsort(psi_images[maybe])], psi_images, np.median(r2[used]), groups)
     # an image at ``b`` beyond the box is at least ``b + side`` from a site: the cells it may reach
     # (first with the largest weight, then each group's)
     radius = np.sqrt(r2) + np.sqrt(np.maximum(r2 - psi_sites + psi_images[maybe].max(), 0.0))
     reached = np.flatnonzero(used & (radius > side + beyond[maybe].min()))
     r2_reached, psi_reached, side_reached = r2[reached], psi_sites[reached], side[reached]
     c, z = [], []
-    for group in groups:
+    for group in by_weight:
         top = psi_images[group].max()
         radius = np.sqrt(r2_reached) + np.sqrt(np.maximum(r2_reached - psi_reached + top, 0.0))
         cells = np.flatnonzero(radius > side_reached + beyond[group].min())
@@ -118,7 +111,7 @@ def left_out_owners(sites, r2, psi_sites, used, side, images, psi_images, beyond
         # about as many images in each ball as seeds in its volume: a search too wide is left to
         # the descent (without it, to the global bound of :func:`sdot._core.periodic.margin_needed`)
         d = sites.shape[1]
-        if len(sites) * np.sum(radius[cells] ** d) * (np.pi if d == 2 else 4.19) > PAIRS * cells.shape[0]:
+        if len(sites) * np.sum(radius[cells] ** d) * (np.pi if d == 2 else 4.19) > pairs * cells.shape[0]:
             return None if descend is None else _descended(sites, used, images, psi_images, maybe, descend, memory)
         near = cKDTree(images[group]).query_ball_point(sites[reached[cells]], radius[cells], return_sorted=False,
                                                        workers=settings().threads)
@@ -159,14 +152,14 @@ def _descended(sites, used, images, psi_images, maybe, descend, memory=None):
     return owners
 
 
-def _by_weight(images, psi_images, span):
+def _by_weight(images, psi_images, span, groups):
     """The ``images`` (sorted by weight) in groups of weights within ``span`` of the group's
     least (each group's search widens the balls by its largest weight: within a cell's squared
-    radius, by at most sqrt(2)), or in :data:`GROUPS` groups of as many images where that would
+    radius, by at most sqrt(2)), or in ``groups`` groups of as many images where that would
     take more."""
     w = psi_images[images]
     bins = np.floor((w - w[0]) / max(span, np.finfo(w.dtype).tiny))
     cuts = np.flatnonzero(bins[1:] != bins[:-1]) + 1
-    if cuts.shape[0] < GROUPS:
+    if cuts.shape[0] < groups:
         return np.split(images, cuts)
-    return np.array_split(images, min(GROUPS, images.shape[0]))
+    return np.array_split(images, min(groups, images.shape[0]))
