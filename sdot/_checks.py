@@ -188,16 +188,14 @@ def with_metric(xp, prob, metric, partial):
     if not check_metric(metric):
         return prob
     dim = prob.seeds.shape[1]
-    where = None
     if partial:
-        where = "for partial transport (a target heavier than the source)"
-    elif not aac.is_jax_namespace(xp) and _autodiff.transformed(prob.seeds, prob.masses, *prob.density):
-        where = "under torch.func transforms"
-    if where is not None:
-        raise NotImplementedError(f"metric=PeriodicMetric is not supported {where} yet; it is solved on the host in "
-                                  "1D, 2D and 3D (NumPy, torch, array_api_strict, JAX on the CPU, jax.jit included)")
+        raise NotImplementedError("metric=PeriodicMetric is not supported for partial transport (a target heavier "
+                                  "than the source) yet; it is solved on the host in 1D, 2D and 3D (NumPy, torch, "
+                                  "array_api_strict, JAX on the CPU, jax.jit included)")
     lo, hi = (_autodiff.detach(a) for a in (prob.lo, prob.hi))
-    if _driver.is_tracer(lo) or _driver.is_tracer(hi):     # traced domain: the metric's periods, unchecked
+    func = not aac.is_jax_namespace(xp) and _autodiff.transformed(prob.seeds, prob.masses, *prob.density)
+    if _driver.is_tracer(lo) or _driver.is_tracer(hi) or func:
+        # a traced domain (or one wrapped by torch.func): the metric's periods, unchecked
         period = [0.0 if p is None else p for p in metric.period]
         if len(period) != dim:
             raise ValueError(f"PeriodicMetric has {len(period)} periods for a {dim}D problem")
@@ -205,6 +203,7 @@ def with_metric(xp, prob, metric, partial):
         lo, hi = (np.asarray(_driver._to_host(a), dtype=np.float64).tolist() for a in (lo, hi))
         period = metrics.periods(metric, lo, hi)
     like = _autodiff.detach(prob.lo)
-    if aac.is_jax_namespace(xp):        # solved on the host (:mod:`._jax_host`): constants, never traced
-        return prob._replace(period=np.asarray(period, dtype=np.dtype(like.dtype)))
+    if aac.is_jax_namespace(xp) or func:    # solved on the host (:mod:`._jax_host`), or per item on plain
+        # tensors (:func:`._routes.solve_per_item`): constants, never traced
+        return prob._replace(period=np.asarray(period, dtype=np.float64 if func else np.dtype(like.dtype)))
     return prob._replace(period=xp.asarray(np.asarray(period), dtype=like.dtype, device=aac.device(like)))

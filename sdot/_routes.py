@@ -161,9 +161,9 @@ class _ItemSolves(_autodiff.ItemState):
     each kept under the values of its inputs (seeds, masses, density values, lo, hi): the
     transforms' products find the solve of their item there (or solve it again)."""
 
-    def __init__(self, tol, max_iter, log, raise_on_failure, options):
+    def __init__(self, tol, max_iter, log, raise_on_failure, options, period=None):
         self.tol, self.max_iter, self.log, self.options = tol, max_iter, log, options
-        self.raise_on_failure, self.items = raise_on_failure, {}
+        self.raise_on_failure, self.items, self.period = raise_on_failure, {}, period
 
     @staticmethod
     def _key(inputs):
@@ -172,7 +172,8 @@ class _ItemSolves(_autodiff.ItemState):
     def solve(self, seeds, masses, values, lo, hi, total_rho=None):
         """The plan's arrays (:data:`_ITEM_ARRAYS`) of one item (plain tensors), solved and kept."""
         xp = _driver.namespace(seeds)
-        prob = evaluation.Problem(seeds, masses, grid_density(values, lo, hi))
+        period = None if self.period is None else xp.asarray(self.period, dtype=seeds.dtype, device=aac.device(seeds))
+        prob = evaluation.Problem(seeds, masses, grid_density(values, lo, hi), period)
         if total_rho is not None and check_values(xp, prob, total_rho):
             raise NotImplementedError("partial transport (a target heavier than the source) is solved eagerly, "
                                       "not under torch.func transforms yet")
@@ -208,7 +209,7 @@ def solve_per_item(prob, total_rho, tol, max_iter, log, raise_on_failure, option
     """The plan of a problem of tensors wrapped by ``torch.func`` transforms: every item (of a
     ``vmap``) solved on its values (:class:`_ItemSolves`), the derivatives attached by the
     torch rules, per item. The power diagram is that of a lone item (None under ``vmap``)."""
-    solves = _ItemSolves(tol, max_iter, log, raise_on_failure, options)
+    solves = _ItemSolves(tol, max_iter, log, raise_on_failure, options, prob.period)
     inputs = (prob.seeds, prob.masses, prob.density.values, prob.lo, prob.hi)
     xp = _driver.namespace(prob.seeds)
     total = total_rho if aac.is_torch_array(total_rho) else xp.asarray(float(total_rho), dtype=prob.seeds.dtype)
@@ -222,8 +223,9 @@ def solve_per_item(prob, total_rho, tol, max_iter, log, raise_on_failure, option
     if len(solves.items) == 1:
         (lin, item, _), = solves.items.values()
         sol = item["solution"]
-        diagram = PowerDiagram._from_solution(lin_problem(lin), sol.psi, sol.evaluation.cells,
-                                              sol.evaluation.moments, item["active"])
+        diagram = PowerDiagram._from_solution(lin_problem(lin)._replace(period=solves.period), sol.psi,
+                                              sol.evaluation.cells, sol.evaluation.moments, item["active"],
+                                              *_sites(item))
     return OtPlan(distance=distance, power_diagram=diagram, _linearization=lin, **arrays)
 
 

@@ -175,3 +175,33 @@ def test_mass_mismatch_raises_per_item(data):
         func.grad(f)(x)
     with pytest.raises(NotImplementedError, match="heavier than the target"):
         func.vmap(f)(torch.stack([x, x]))
+
+
+def test_periodic_domains(data):
+    """On the torus (and the circle): grad equals autograd, vmap the items, jacrev of the
+    barycentres autograd's rows, the Hessian is symmetric and its product central differences of
+    the gradient; each item is solved on its plain values with the metric's periods."""
+    from sdot.metrics import Norm2, PeriodicMetric
+
+    x, img = data
+    torus = PeriodicMetric(Norm2(), [1.0, 1.0])
+    x = torch.remainder(x + 0.35, 1.0)                  # cells across the sides
+    w = lambda x: sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(img), metric=torus, tol=TOL)      # noqa: E731
+    b = lambda x: sdot.barycenters(sdot.SumOfDiracs(x), sdot.Grid(img), metric=torus, tol=TOL)   # noqa: E731
+    xr = x.clone().requires_grad_(True)
+    (ref,) = torch.autograd.grad(w(xr), xr)
+    torch.testing.assert_close(func.grad(w)(x), ref, rtol=0, atol=1e-12)
+    batch = torch.stack([x, torch.remainder(x + 0.5, 1.0)])
+    torch.testing.assert_close(func.vmap(w)(batch), torch.stack([w(a) for a in batch]), rtol=1e-13, atol=0)
+    row = torch.autograd.grad(b(xr)[3, 0], xr)[0]
+    torch.testing.assert_close(func.jacrev(b)(x)[3, 0], row, rtol=0, atol=1e-12)
+    h = func.hessian(w)(x).reshape(40, 40)
+    torch.testing.assert_close(h, h.T, rtol=0, atol=1e-10)
+    dy = torch.tensor(np.random.default_rng(5).standard_normal((20, 2)))
+    step = 1e-6
+    fd = (func.grad(w)(x + step * dy) - func.grad(w)(x - step * dy)) / (2 * step)
+    torch.testing.assert_close((h @ dy.reshape(-1)).reshape(20, 2), fd, rtol=1e-4, atol=1e-6 * float(fd.abs().max()))
+    circle = PeriodicMetric(Norm2(), [1.0])
+    c = lambda y: sdot.distance(sdot.SumOfDiracs1d(y), sdot.Grid(img[:, 0]), metric=circle)      # noqa: E731
+    yr = x[:, 0].clone().requires_grad_(True)
+    torch.testing.assert_close(func.grad(c)(x[:, 0]), torch.autograd.grad(c(yr), yr)[0], rtol=0, atol=1e-12)

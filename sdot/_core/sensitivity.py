@@ -114,7 +114,11 @@ def _state(lin):
 
 
 def _no_periodic_domain_motion(lin, dlo, dhi):
-    if lin.sites is not None and (dlo is not None or dhi is not None):
+    """Raise if the domain moves on a periodic domain: a tangent not None and not all 0 (``torch.func``
+    passes zeros), or a cotangent wanted (True)."""
+    moving = [d is True or (d is not None and d is not False and bool(_compat.namespace(d).any(d != 0)))
+              for d in (dlo, dhi)]
+    if lin.sites is not None and any(moving):
         raise NotImplementedError("derivatives with respect to the grid's domain are not implemented on a periodic "
                                   "domain (metric=PeriodicMetric) yet: the period moves with it")
 
