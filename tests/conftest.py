@@ -101,6 +101,13 @@ class Backend:
     device : object
         The device of the backend's inputs (and of the results): ``None`` for the default
         device, ``array_api_strict.Device("device1")`` for "strict-device1".
+    native : bool
+        Inputs are a framework's own arrays, kept as given (rule 1); False for NumPy inputs,
+        which sdot converts to its driver's framework (rule 2).
+    autograd : bool
+        The framework records eager derivatives (torch: ``backward``, ``autograd.grad``).
+    jitted_kernels : bool
+        The core's kernels run under ``jax.jit`` even in eager calls (JAX: one trace per shape).
     """
 
     def __init__(self, name):
@@ -113,6 +120,9 @@ class Backend:
         self.jit = name == "jax-jit"                            # under jax.jit (compiled)
         self.strict = strict                                    # array_api_strict
         self.host = not strict
+        self.native = name != "numpy"
+        self.autograd = name == "torch"
+        self.jitted_kernels = name.startswith("jax")
         self.device = None
         if name in ("array_api_strict", "strict-static", "strict-device1"):
             self.xp = pytest.importorskip("array_api_strict")

@@ -23,7 +23,7 @@ def test_sum_of_diracs(backend, mass, expected):
     _close(backend, backend.run(lambda x: SumOfDiracs(x, mass=mass).masses, x), [expected] * 5)
     m = SumOfDiracs(x, mass=mass)
     assert (m.n, m.dim, m.batched, m.mass) == (5, 2, False, mass)
-    assert m.positions is x and m.native == (backend.name != "numpy")
+    assert m.positions is x and m.native == backend.native
     _close(backend, m.weights, np.ones(5))
 
 
@@ -120,7 +120,7 @@ def test_integer_inputs_are_cast(backend):
 
 def test_dtype_kept_for_native_inputs(backend):
     x = backend.asarray(X, dtype=np.float32)
-    expected = "float64" if backend.name == "numpy" else "float32"  # rule 2 / rule 1
+    expected = "float32" if backend.native else "float64"  # rule 1 / rule 2
     assert expected in str(SumOfDiracs(x).positions.dtype)
     assert expected in str(SumOfDiracs(x).masses.dtype)
 

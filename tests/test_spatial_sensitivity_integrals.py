@@ -51,7 +51,7 @@ def on(b, cells):
 def skip_eager_jax(backend, grid="voxels"):
     """Eager JAX runs the kernels of the voxel grids jitted, as ``jax-jit`` does (compiling
     them again costs seconds): only the uniform density there."""
-    if backend.name == "jax" and grid == "voxels":
+    if backend.jitted_kernels and not backend.jit and grid == "voxels":
         pytest.skip("eager JAX runs the jitted kernels of jax-jit")
 
 
