@@ -281,6 +281,11 @@ def backend(request, sdot_driver):
 
 EAGER_BACKENDS = tuple(b for b in BACKENDS if b != "jax-jit")
 
+#: A test of the ``backend`` fixture run on the frameworks users bring (a large case, or one
+#: the array_api_strict namespaces run smaller elsewhere).
+USER_FRAMEWORKS = pytest.mark.only_backends("numpy", "torch", "jax", reason="the frameworks users bring; the "
+                                            "array_api_strict namespaces run smaller cases")
+
 
 @pytest.fixture(params=EAGER_BACKENDS)
 def eager_backend(request, sdot_driver):

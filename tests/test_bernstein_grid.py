@@ -22,6 +22,7 @@ from sdot._core import plan as core_plan
 from sdot._core.density import PixelDensity
 from sdot._core.planar import integrate
 from sdot._core.planar.polygons import Cells
+from conftest import USER_FRAMEWORKS
 
 DATA = Path(__file__).parent / "data"
 REF_BERNSTEIN1 = 0.0005614890065925226
@@ -140,13 +141,10 @@ def test_constant_cells_are_the_pixel_walk(p):
 
 
 # ------------------------------------------------------------------ solves
-@pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
-def test_reference_bernstein1_2d(sdot_driver, name):
+@USER_FRAMEWORKS
+def test_reference_bernstein1_2d(backend):
     """The reference case bernstein1-2d (16x16 cells of degree 1, 2000 Diracs) to 1e-8."""
-    from conftest import Backend
-
-    b = Backend(name)
-    sdot_driver.framework = b.framework
+    b = backend
     points, values = np.load(DATA / "points_2d_2000_r7001.npy"), np.load(DATA / "bern1_16x16x4_r7002.npy")
     plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(b.asarray(points)), sdot.PolynomialGrid(b.asarray(values)))
     assert bool(plan.converged) and float(plan.residual) <= 1e-10

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import sdot
 from reference import certify, exact_laguerre_moments
+from conftest import USER_FRAMEWORKS
 
 DATA = Path(__file__).parent / "data"
 REF_SQUARE0 = 0.08013515052227282
@@ -89,13 +90,9 @@ def core_solve(backend, points, values, max_iter):
 
 
 # --------------------------------------------------------------- reference case
-@pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
-def test_square_on_zero_background_matches_the_cpp_solver(sdot_driver, name):
+@USER_FRAMEWORKS
+def test_square_on_zero_background_matches_the_cpp_solver(backend):
     """``square0-2d``: 2000 uniform Diracs, 90% of them where the density is 0."""
-    from conftest import Backend
-
-    backend = Backend(name)
-    sdot_driver.framework = backend.framework
     plan = solve(backend, np.load(DATA / "points_2d_2000_r0.npy"), np.load(DATA / "image_square0_64.npy"))
     assert bool(plan.converged) and float(plan.residual) <= 1e-10
     assert float(plan.distance) == pytest.approx(REF_SQUARE0, rel=1e-9)
@@ -134,19 +131,15 @@ def test_four_diracs_around_a_symmetric_support(eager_backend, where):
     assert float(plan.distance) == pytest.approx(quadrant_cost(img, diracs), rel=1e-10)
 
 
-@pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
+@USER_FRAMEWORKS
 @pytest.mark.parametrize("outside", [False, True])
-def test_a_tight_cluster_converges(sdot_driver, name, outside):
+def test_a_tight_cluster_converges(backend, outside):
     """5 Diracs in a cluster 1e-7 wide among 55 uniform ones, box density (and one Dirac at
     (3, -3), outside the domain, so that the start has unequal weights): Qhull leaves one
     of them out of the triangulation (within its roundoff), whose cell was then taken as
     empty (hidden), and the solve stalled at once (3 steps, residual 5e-2). Now such a point
     and its nearest ones are clipped by each other: converged, certified without sdot (on
     the host: array_api_strict has no Qhull)."""
-    from conftest import Backend
-
-    backend = Backend(name)
-    sdot_driver.framework = backend.framework
     rng = np.random.default_rng(8)
     pts = rng.random((60, 2))
     pts[40:45] = 0.7 + 1e-7 * rng.random((5, 2))
@@ -191,16 +184,12 @@ def disc(m=16, r=0.3):
     return ((x - 0.5) ** 2 + (y - 0.5) ** 2 < r * r).astype(float)
 
 
-@pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
-def test_clusters_of_diracs_converge(sdot_driver, name):
+@USER_FRAMEWORKS
+def test_clusters_of_diracs_converge(backend):
     """5 clusters of 40 Diracs, each 1e-6 wide, against a disc: the Voronoi and similarity
     starts keep the clusters' cells 1e-10 of their targets, whatever the blur, and the solve
     stalled at step 3 (residual 0.1 to 0.25, 4 of 4 seeds); the ranks' start spreads each
     cluster over a block of the support's box: converged (10 to 19 steps), certified."""
-    from conftest import Backend
-
-    backend = Backend(name)
-    sdot_driver.framework = backend.framework
     rng = np.random.default_rng(0)
     pts = rng.random((5, 2))[np.repeat(np.arange(5), 40)] + 1e-6 * rng.standard_normal((200, 2))
     plan = solve(backend, pts, disc())
@@ -235,17 +224,13 @@ def test_a_disc_on_a_grey_background(sdot_driver, where):
     np.testing.assert_allclose(masses, 1 / 1000, atol=1e-10)
 
 
-@pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
-def test_diracs_sampled_inside_two_discs(sdot_driver, name):
+@USER_FRAMEWORKS
+def test_diracs_sampled_inside_two_discs(backend):
     """400 Diracs sampled inside two discs (0 elsewhere): the Voronoi start holds every
     target, but the two discs' counts do not match their masses, and no cell reaches
     across the gap: the Newton matrix has a null direction per disc, its steps crawled
     (a stall at step 8 for this seed; 23-84 steps for seeds 0-7, 171 for 2000 Diracs). A
     direction wider than the problem's squared diameter starts the continuation: 21 steps."""
-    from conftest import Backend
-
-    backend = Backend(name)
-    sdot_driver.framework = backend.framework
     c = (np.arange(32) + 0.5) / 32
     x, y = np.meshgrid(c, c, indexing="ij")
     img = (((x - 0.28) ** 2 + (y - 0.3) ** 2 < 0.15 ** 2) | ((x - 0.72) ** 2 + (y - 0.7) ** 2 < 0.15 ** 2)).astype(float)
@@ -257,17 +242,13 @@ def test_diracs_sampled_inside_two_discs(sdot_driver, name):
     assert int(plan.iterations) <= 40
 
 
-@pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
-def test_far_diracs_and_a_small_support(sdot_driver, name):
+@USER_FRAMEWORKS
+def test_far_diracs_and_a_small_support(backend):
     """200 Diracs, 3 of them up to 30 domain sides away, against a ring whose box is 0.4 of
     the domain's side: the starts that move the Diracs into that box give the rest of the
     domain to the extreme cells (the far ones), which held tens of times their targets
     against a blur over the whole domain (24 Newton steps; 49-56 for 2000 Diracs on a 64x64
     ring, a stall for some). The blur now stays in the support's box: 13 steps, certified."""
-    from conftest import Backend
-
-    backend = Backend(name)
-    sdot_driver.framework = backend.framework
     c = (np.arange(32) + 0.5) / 32
     x, y = np.meshgrid(c, c, indexing="ij")
     r = (x - 0.35) ** 2 + (y - 0.45) ** 2

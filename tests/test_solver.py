@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import sdot
+from conftest import USER_FRAMEWORKS
 
 DATA = Path(__file__).parent / "data"
 REF_BOX_1E3 = 0.0013187893931403201        # pysdot; sdot (C++) differs by 2e-9 relative
@@ -40,13 +41,9 @@ def test_reference_cases(eager_backend, case):
     assert int(plan.iterations) <= 8
 
 
-@pytest.mark.parametrize("name", ["numpy", "torch", "jax"])
-def test_reference_box_1e4(sdot_driver, name):
+@USER_FRAMEWORKS
+def test_reference_box_1e4(backend):
     """N = 1e4 (the pure array-API fallbacks are O(N^2): not run on array_api_strict)."""
-    from conftest import Backend
-
-    backend = Backend(name)
-    sdot_driver.framework = backend.framework
     plan = solve(backend, load("points_2d_10000.npy"), np.ones((1, 1)))
     assert float(plan.distance) == pytest.approx(REF_BOX_1E4, rel=1e-8)
     assert int(plan.iterations) <= 6
