@@ -33,6 +33,9 @@ class Cell:
     In 3D ``vertices`` is ``(k, 3)`` (in no particular order) and ``facets`` a list of
     :class:`Facet` ``(neighbour, vertices (m, 3), area)``, the polygons counter-clockwise
     seen from outside (sides 0: x = lo, 1: x = hi, 2: y = lo, 3: y = hi, 4: z = lo, 5: z = hi).
+    On a periodic domain (``metric=PeriodicMetric``) the cell is whole, next to its Dirac (its
+    pieces in the domain moved back by whole periods), and ``neighbour`` names the Dirac across a
+    facet (one of whose images is there); the sides of a periodic axis are no facets.
     """
 
     def __init__(self, index, measure, barycenter, vertices, labels, facets=None):
@@ -217,10 +220,14 @@ class PowerDiagram(JaxPytree):
             the cells are Python objects of concrete arrays, read outside the transformation.
         """
         self._check_concrete("cells")
-        if self._owner is not None:
-            raise NotImplementedError("PowerDiagram.cells of a periodic plan (metric=PeriodicMetric): a cell is made "
-                                      "of pieces on the sides of the domain, not listed yet; plot() draws them")
         prob, cells, moments = self._compute()
+        if self._owner is not None:         # on a torus: each cell next to its Dirac, from its pieces
+            from ._torus_cells import torus_cells
+
+            host = type(cells)(*(None if a is None else _to_numpy(a) for a in cells))
+            return torus_cells(Cell, np.asarray(_to_numpy(self.positions), dtype=np.float64),
+                               _to_numpy(prob.seeds), _to_numpy(self._owner), host, _to_numpy(moments),
+                               np.asarray(self._period, dtype=np.float64))
         seeds = _to_numpy(prob.seeds)
         verts, labels, count = (_to_numpy(a) for a in (cells.vertices, cells.labels, cells.count))
         mom = _to_numpy(moments)

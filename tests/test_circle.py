@@ -206,3 +206,8 @@ def test_power_diagram_on_the_circle(numpy_driver):
     assert len(ticks) == 4 and ticks[0] > 0 and ticks[-1] < 1
     # the Dirac at 0.05 holds [7/8, 1) and [0, 1/16): 3/16 long, 1/4 of the mass (the density is 4/3)
     assert ticks[0] == pytest.approx(1 / 16, abs=1e-12) and ticks[-1] == pytest.approx(7 / 8, abs=1e-12)
+    # its cell, whole, next to it: [-1/8, 1/16], between the Diracs at 0.93 and 0.1
+    cell = diagram.cells[0]
+    assert cell.vertices[:, 0] == pytest.approx([-1 / 8, 1 / 16], abs=1e-12)
+    assert [f[0] for f in cell.facets] == [3, 1] and float(cell.measure) == pytest.approx(0.25, abs=1e-14)
+    assert sum(c.vertices[1, 0] - c.vertices[0, 0] for c in diagram.cells) == pytest.approx(1.0, abs=1e-12)

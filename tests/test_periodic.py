@@ -251,8 +251,53 @@ def test_the_plot_draws_the_pieces(numpy_driver):
     on_side = np.any(np.all((np.abs(ends) < 1e-12) | (np.abs(ends - 1) < 1e-12), axis=1), axis=1)
     assert not on_side.any()
     assert len(ax.lines[0].get_xdata()) == 50
-    with pytest.raises(NotImplementedError, match="pieces"):
-        plan.power_diagram.cells
+
+
+def _area(v):
+    return 0.5 * np.sum(v[:, 0] * np.roll(v[:, 1], -1) - np.roll(v[:, 0], -1) * v[:, 1])
+
+
+def test_cells_on_the_torus(numpy_driver):
+    """``PowerDiagram.cells`` on a torus: each cell whole, next to its Dirac (its pieces moved
+    back by their periods). A translated lattice: squares about the Diracs, across the sides
+    too. Random Diracs (uniform density): convex counter-clockwise polygons whose areas are the
+    cells' masses and sum to 1, neighbours on both sides of every facet. 3D: convex hulls of the
+    vertices (scipy) of the cells' masses, facet areas those of the hulls. A cylinder: facets on
+    the non-periodic sides only."""
+    from scipy.spatial import ConvexHull
+
+    k = 4
+    axes = np.meshgrid(np.arange(k), np.arange(k), indexing="ij")
+    lattice = (np.stack([a.ravel() for a in axes], axis=1) + 0.5) / k + [0.37, 0.9]
+    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(lattice), sdot.Grid(np.ones((1, 1))), metric=TORUS2)
+    for cell, y in zip(plan.power_diagram.cells, lattice):
+        assert np.sort(cell.vertices, axis=0) == pytest.approx(np.sort(y + 0.125 * np.array(
+            [[-1, -1], [1, -1], [1, 1], [-1, 1]]), axis=0), abs=1e-12)
+        assert len(cell.facets) == 4 and _area(cell.vertices) == pytest.approx(1 / 16, rel=1e-12)
+    rng = np.random.default_rng(1)
+    points = rng.random((200, 2))
+    cells = sdot.optimal_transport_plan(sdot.SumOfWeightedDiracs(points, 0.5 + rng.random(200)),
+                                        sdot.Grid(np.ones((1, 1))), metric=TORUS2).power_diagram.cells
+    areas = np.array([_area(c.vertices) for c in cells])
+    assert areas == pytest.approx(np.array([float(c.measure) for c in cells]), abs=1e-13)
+    assert areas.sum() == pytest.approx(1.0, abs=1e-12)
+    for c in cells:
+        edges = np.roll(c.vertices, -1, axis=0) - c.vertices
+        turns = edges[:, 0] * np.roll(edges[:, 1], -1) - edges[:, 1] * np.roll(edges[:, 0], -1)
+        assert np.all(turns > 0)                                    # convex, counter-clockwise
+        assert np.abs(c.barycenter - c.vertices.mean(axis=0)).max() < 0.2     # next to its Dirac
+        for j, _ in c.facets:
+            assert c.index in [f[0] for f in cells[j].facets]
+    cells3 = sdot.optimal_transport_plan(sdot.SumOfDiracs(rng.random((60, 3))), sdot.Grid(np.ones((1, 1, 1))),
+                                         metric=TORUS3).power_diagram.cells
+    hulls = [ConvexHull(c.vertices) for c in cells3]
+    assert [h.volume for h in hulls] == pytest.approx([float(c.measure) for c in cells3], abs=1e-12)
+    assert [sum(f.area for f in c.facets) for c in cells3] == pytest.approx([h.area for h in hulls], rel=1e-11)
+    cylinder = PeriodicMetric(Norm2(), [1.0, None])
+    cells = sdot.optimal_transport_plan(sdot.SumOfDiracs(points[:50]), sdot.Grid(np.ones((1, 1))),
+                                        metric=cylinder).power_diagram.cells
+    assert sum(_area(c.vertices) for c in cells) == pytest.approx(1.0, abs=1e-12)
+    assert {j for c in cells for j, _ in c.facets if j < 0} == {-1, -3}          # y = lo and y = hi only
 
 
 def test_clear_errors(numpy_driver):
