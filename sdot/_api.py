@@ -10,7 +10,7 @@ import array_api_compat as aac
 import numpy as np
 
 from . import _autodiff, _batched, _differentiable, _driver, _partial
-from ._core import evaluation
+from ._core import _compat, evaluation
 from ._core.options import DEFAULT as NEWTON_OPTIONS
 from ._spline_grid import SplineGrid
 from ._diagram import PowerDiagram
@@ -187,8 +187,11 @@ def _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure, source, ta
     if sol is None:                         # under jax.jit: the cells are computed when asked
         diagram = PowerDiagram._at_weights(prob.seeds, potential, prob.density)
     else:
-        diagram = PowerDiagram._from_solution(evaluation.Problem(_autodiff.detach(prob.seeds), None, host.density),
-                                              potential, sol.evaluation.cells, sol.evaluation.moments, active)
+        sites = _partial.sites_of(_compat.namespace(host.seeds), host, sol)
+        diagram = PowerDiagram._from_solution(evaluation.Problem(_autodiff.detach(prob.seeds), None, host.density,
+                                                                 host.period),
+                                              potential, sol.evaluation.cells, sol.evaluation.moments, active,
+                                              *(sites if sites[1] is not None else ()))
     diagram.capped = True
     out = OtPlan(power_diagram=diagram, **fields)
     if sol is not None and aac.is_numpy_array(out.barycenters):

@@ -188,10 +188,6 @@ def with_metric(xp, prob, metric, partial):
     if not check_metric(metric):
         return prob
     dim = prob.seeds.shape[1]
-    if partial:
-        raise NotImplementedError("metric=PeriodicMetric is not supported for partial transport (a target heavier "
-                                  "than the source) yet; it is solved on the host in 1D, 2D and 3D (NumPy, torch, "
-                                  "array_api_strict, JAX on the CPU, jax.jit included)")
     lo, hi = (_autodiff.detach(a) for a in (prob.lo, prob.hi))
     func = not aac.is_jax_namespace(xp) and _autodiff.transformed(prob.seeds, prob.masses, *prob.density)
     if _driver.is_tracer(lo) or _driver.is_tracer(hi) or func:

@@ -306,9 +306,19 @@ class PowerDiagram(JaxPytree):
         segs = np.stack([a[valid], b[valid]], axis=1)
         if self.capped:
             radii = np.sqrt(np.maximum(_to_numpy(self.weights), 0.0))
+            if self._owner is not None:     # the ball of each site: its Dirac's
+                radii = radii[_to_numpy(self._owner)]
             cut = [_cut_by_disc(verts[i, :count[i]], radii[i]) for i in range(len(seeds))]
             segs = np.concatenate([np.stack([c, np.roll(c, -1, axis=0)], axis=1) + seeds[i] for i, c in enumerate(cut)
                                    if len(c)] or [np.zeros((0, 2, 2))])
+            if self._owner is not None:     # not along the sides of a periodic axis
+                lo, hi = (_to_numpy(a) for a in (prob.density.lo, prob.density.hi))
+                tol = 1e-12 * float(np.max(hi - lo))
+                on_side = np.zeros(len(segs), bool)
+                for axis in np.flatnonzero(np.asarray(self._period) > 0):
+                    for side in (lo[axis], hi[axis]):
+                        on_side |= np.all(np.abs(segs[:, :, axis] - side) <= tol, axis=1)
+                segs = segs[~on_side]
         from matplotlib.collections import LineCollection
 
         ax.add_collection(LineCollection(segs, **({"colors": "k", "linewidths": 0.5} | style)))

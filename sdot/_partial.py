@@ -23,8 +23,8 @@ import array_api_compat as aac
 import numpy as np
 
 from . import _autodiff, _driver, _jax_host
-from ._core import _compat, evaluation, partial, plan
-from ._core.density import PixelDensity
+from ._core import _compat, evaluation, partial, periodic, plan
+from ._core.density import PixelDensity, grid_density
 from ._core.options import DEFAULT
 
 #: Relative difference of total masses below which the transport is balanced.
@@ -45,11 +45,12 @@ def is_partial(total_source, total_target):
 def _host_problem(xp, prob):
     """The problem cut from autodiff, on NumPy views for JAX (None under ``jax.jit``)."""
     cut = evaluation.Problem(_autodiff.detach(prob.seeds), _autodiff.detach(prob.masses),
-                         type(prob.density)(*(_autodiff.detach(a) for a in prob.density)))
+                             type(prob.density)(*(_autodiff.detach(a) for a in prob.density)), prob.period)
     if not aac.is_jax_namespace(xp):
         return cut
     views = _driver.host_views(cut.seeds, cut.masses, *cut.density)
-    return None if views is None else evaluation.Problem(views[0], views[1], type(prob.density)(*views[2:]))
+    return None if views is None else evaluation.Problem(views[0], views[1], type(prob.density)(*views[2:]),
+                                                         prob.period)
 
 
 def check(xp, prob, tol, max_iter):
@@ -72,11 +73,14 @@ def check(xp, prob, tol, max_iter):
 def solve_arrays(xp, prob, tol, max_iter, log=None, options=DEFAULT):
     """The plan's arrays (a dict, see :class:`sdot.OtPlan`), the solution and the active
     Diracs, in ``prob``'s units."""
+    given = prob
+    if prob.period is not None:         # the Diracs on the torus; the plan's arrays next to the given ones
+        prob = prob._replace(seeds=periodic.fold_onto(xp, prob.seeds, prob.lo, prob.period))
     rep, active, targets = evaluation.group_duplicates(xp, prob.seeds, prob.masses)
     unit, scale = plan.normalised(xp, prob)
     sol = partial.solve(xp, unit, tol, max_iter, active, targets, log=log, options=options)
     sol = sol._replace(psi=sol.psi * (scale * scale), evaluation=plan._in_units(xp, sol.evaluation, scale))
-    out = plan._plan_arrays(xp, prob, sol.evaluation.moments, sol.psi, rep, active, targets)
+    out = plan._plan_arrays(xp, given, sol.evaluation.moments, sol.psi, rep, active, targets)
     lives = xp.take(active, rep)
     out["brenier_potential"] = xp.where(lives, xp.take(sol.psi, rep), 0.0)   # fixed by the balls: no gauge
     del out["psi"]
@@ -84,15 +88,29 @@ def solve_arrays(xp, prob, tol, max_iter, log=None, options=DEFAULT):
                 status=sol.status), sol, active
 
 
+def sites_of(xp, host, sol):
+    """``(sites, owner)`` of the cells of a solve of :func:`solve_arrays` on a periodic domain
+    (the images of its normalised problem, :func:`._core.plan.normalised`), else ``(host.seeds,
+    None)``."""
+    if host.period is None:
+        return host.seeds, None
+    folded = host._replace(seeds=periodic.fold_onto(xp, host.seeds, host.lo, host.period))
+    return periodic.sites_of(xp, folded, sol.evaluation.cells, units=plan.normalised(xp, folded)[0])
+
+
 def _pixel_gradients(xp, host, sol, active):
-    """``dW/drho`` per pixel: ``int_pixel min(min_i |x - y_i|^2 - psi_i, 0)``."""
+    """``dW/drho`` per pixel: ``int_pixel min(min_i |x - y_i|^2 - psi_i, 0)`` (on a periodic
+    domain, over the cells of the sites)."""
     zero = xp.zeros_like(sol.psi)
     live = xp.where(active, xp.ones_like(sol.psi), 0.0)
     first = [zero] * host.seeds.shape[1]
     coefficients = xp.stack([-sol.psi * live] + first + [live], axis=1)
+    psi = xp.where(active, sol.psi, 0.0)
+    sites, owner = sites_of(xp, host, sol)
+    if owner is not None:
+        coefficients, psi = xp.take(coefficients, owner, axis=0), xp.take(psi, owner)
     return partial.capped(host.seeds).capped_polynomial_integrals(
-        xp, host.seeds, sol.evaluation.cells, xp.where(active, sol.psi, 0.0), coefficients, host.lo, host.hi,
-        tuple(host.density.values.shape))
+        xp, sites, sol.evaluation.cells, psi, coefficients, host.lo, host.hi, tuple(host.density.values.shape))
 
 
 def plan_of(xp, prob, tol, max_iter, log, options=DEFAULT):
@@ -179,15 +197,18 @@ def _traced_fields(prob, tol, max_iter, options):
     shapes = (((), real), ((n, d), real), ((n,), real), ((n,), real), ((), real), ((), np.dtype(bool)),
               ((), integer), ((), integer), ((n, d), real), (tuple(prob.density.values.shape), real))
     arrays = [_autodiff.detach(a) for a in (prob.seeds, prob.masses, prob.density.values, prob.lo, prob.hi)]
-    results = _jax_host._callback(functools.partial(_on_host, float(tol), int(max_iter), options), shapes, *arrays)
+    period = None if prob.period is None else np.asarray(prob.period, dtype=np.float64)
+    results = _jax_host._callback(functools.partial(_on_host, float(tol), int(max_iter), options, period), shapes,
+                                  *arrays)
     fields = dict(zip(_TRACED, results[:8]))
     fields["distance"] = jnp.where(fields["converged"], fields["distance"], jnp.nan)
     return fields, (results[8], fields["brenier_potential"], results[9])
 
 
-def _on_host(tol, max_iter, options, seeds, masses, values, lo, hi):
-    """The host side of :func:`_traced_fields` (NumPy in and out)."""
-    host = evaluation.Problem(seeds, masses, PixelDensity(values, lo, hi))
+def _on_host(tol, max_iter, options, period, seeds, masses, values, lo, hi):
+    """The host side of :func:`_traced_fields` (NumPy in and out; ``period`` of a periodic domain)."""
+    host = evaluation.Problem(seeds, masses, grid_density(values, lo, hi),
+                              None if period is None else np.asarray(period, dtype=seeds.dtype))
     with _driver.quiet_int64():
         out, sol, active = solve_arrays(np, host, tol, max_iter, options=options)
         pixels = _pixel_gradients(np, host, sol, active)

@@ -432,3 +432,56 @@ def test_inputs_users_bring():
     clustered[:50] = 0.4 + 1e-9 * rng.random((50, 2))
     with pytest.raises(sdot.OtNotConverged, match="partial transport did not converge"):
         plan_np(clustered, img, 1.5)        # (the balanced transport stalls there too)
+
+
+def test_on_the_torus():
+    """Partial transport with ``metric=PeriodicMetric``: one Dirac at a corner takes a disc that
+    wraps around it (``W2^2 = 1 / (4 pi)`` against the uniform density of mass 2); far from the
+    sides, the plane's answer; a translation of the torus by whole pixels changes nothing; two
+    Diracs on the circle in closed form; gradients across a side against finite differences,
+    JAX's (eager and jit) equal to torch's; the plot draws no edge along the sides."""
+    import jax
+    import matplotlib
+    import torch
+
+    from sdot.metrics import Norm2, PeriodicMetric
+
+    matplotlib.use("Agg")
+    torus, circle = PeriodicMetric(Norm2(), [1.0, 1.0]), PeriodicMetric(Norm2(), [1.0])
+    corner = sdot.distance(sdot.SumOfDiracs(np.array([[0.01, 0.99]])), sdot.Grid(np.ones((1, 1)), mass=2.0),
+                           metric=torus)
+    assert float(corner) == pytest.approx(1 / (4 * math.pi), rel=1e-12)
+    rng = np.random.default_rng(0)
+    middle = 0.35 + 0.3 * rng.random((50, 2))
+    plane, torus_w = (float(sdot.distance(sdot.SumOfDiracs(middle), sdot.Grid(np.ones((8, 8)), mass=2.0), metric=m))
+                      for m in (None, torus))
+    assert torus_w == pytest.approx(plane, rel=1e-11)
+    x, img = rng.random((100, 2)), 0.5 + rng.random((8, 8))
+    x[0] = [0.003, 0.5]
+
+    def w(points, values=img):
+        return float(sdot.distance(sdot.SumOfDiracs(points), sdot.Grid(values, mass=1.7), metric=torus))
+    moved = w(x + np.array([3, 5]) / 8, np.roll(img, (3, 5), axis=(0, 1)))
+    assert moved == pytest.approx(w(x), rel=1e-12)
+    two = sdot.distance(sdot.SumOfDiracs1d(np.array([0.02, 0.5])), sdot.Grid(np.ones(4), mass=3.0), metric=circle)
+    assert float(two) == pytest.approx(2 * 2 * 3.0 * (1 / 12) ** 3 / 3, rel=1e-12)     # r = 1/12 each
+    xt, vt = torch.tensor(x, requires_grad=True), torch.tensor(img, requires_grad=True)
+    sdot.distance(sdot.SumOfDiracs(xt), sdot.Grid(vt, mass=1.7), metric=torus).backward()
+    h = 1e-6
+    for i, a in ((0, 0), (7, 1)):
+        e = np.zeros_like(x)
+        e[i, a] = h
+        assert float(xt.grad[i, a]) == pytest.approx((w(x + e) - w(x - e)) / (2 * h), rel=1e-6)
+    e = np.zeros_like(img)
+    e[2, 7] = h
+    assert float(vt.grad[2, 7]) == pytest.approx((w(x, img + e) - w(x, img - e)) / (2 * h), rel=1e-6)
+    f = lambda p: sdot.distance(sdot.SumOfDiracs(p), sdot.Grid(jax.numpy.asarray(img), mass=1.7),   # noqa: E731
+                                metric=torus)
+    for g in (jax.grad(f), jax.jit(jax.grad(f))):
+        assert np.asarray(g(jax.numpy.asarray(x))) == pytest.approx(xt.grad.numpy(), rel=1e-12, abs=1e-15)
+    plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(img, mass=1.7), metric=torus)
+    assert sum(float(c.measure) for c in plan.power_diagram.cells) == pytest.approx(1.0, abs=1e-9)
+    segments = plan.power_diagram.plot().collections[0].get_segments()
+    along = [s for s in segments if np.any(np.all(np.abs(s - 0.0) < 1e-12, axis=0) | np.all(np.abs(s - 1.0) < 1e-12,
+                                                                                            axis=0))]
+    assert not along

@@ -24,7 +24,7 @@ import math
 
 import array_api_compat as aac
 
-from . import _compat, damping, geometry, newton
+from . import _compat, damping, geometry, newton, periodic
 from .evaluation import CONVERGED, MAX_ITERATIONS, STALLED, Evaluation, Solution
 from .newton_matrix import _facet_entries
 from .options import DEFAULT
@@ -53,17 +53,38 @@ def check_supported(dim, pixels):
 def evaluate(xp, prob, psi, active, previous=None):
     """``(Evaluation, arc)`` of the capped cells at weights ``psi`` (``arc``: per cell the
     density along its arcs); ``previous``: cells at other weights, updated (see
-    :func:`.planar.power_cells`)."""
-    cells = geometry.of_seeds(prob.seeds).power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi,
-                                                      previous=previous)
-    moments, facet, arc = capped(prob.seeds).capped_integrals(xp, prob.seeds, cells, xp.where(active, psi, 0.0),
-                                                              prob.density.values, prob.lo, prob.hi)
+    :func:`.planar.power_cells`). On a periodic domain the cells are those of the sites (the
+    seeds and their images, :func:`.periodic.diagram_of_sites`), their integrals folded onto
+    the seeds."""
+    if prob.period is None:
+        cells = geometry.of_seeds(prob.seeds).power_cells(xp, prob.seeds, psi, active, prob.lo, prob.hi,
+                                                          previous=previous)
+    else:
+        cells = periodic.diagram_of_sites(xp, prob, psi, active, previous=previous)[0]
+    moments, facet, arc = capped_at(xp, prob, cells, xp.where(active, psi, 0.0))
     return Evaluation(cells, moments, facet), arc
+
+
+def capped_at(xp, prob, cells, psi):
+    """``(moments, facet, arc)`` of :func:`.planar.capped.capped_integrals` (or the line's) of the
+    ``cells`` cut by the balls of weights ``psi``; on a periodic domain, of the cells of its
+    sites, the moments and arcs folded onto the seeds."""
+    if prob.period is None:
+        return capped(prob.seeds).capped_integrals(xp, prob.seeds, cells, psi, prob.density.values, prob.lo, prob.hi)
+    sites, owner = periodic.sites_of(xp, prob, cells)
+    n = prob.seeds.shape[0]
+    moments, facet, arc = capped(prob.seeds).capped_integrals(xp, sites, cells, xp.take(psi, owner),
+                                                              prob.density.values, prob.lo, prob.hi)
+    return periodic.folded_rows(xp, moments, owner, n), facet, periodic.folded_rows(xp, arc, owner, n)
 
 
 def _direction(xp, prob, ev, arc, psi, active, rhs, solver, rtol):
     """Solve ``(D + A - W) d = rhs`` (see the module docstring) to the relative residual ``rtol``."""
-    rows, cols, w = _facet_entries(xp, prob.seeds, ev.cells, ev.facet)
+    if prob.period is None:
+        rows, cols, w = _facet_entries(xp, prob.seeds, ev.cells, ev.facet)
+    else:
+        sites, owner = periodic.sites_of(xp, prob, ev.cells)
+        rows, cols, w = periodic.folded_entries(xp, *_facet_entries(xp, sites, ev.cells, ev.facet), owner)
     n = psi.shape[0]
     radius = xp.sqrt(xp.where(active, psi, 1.0))
     diag = _compat.segment_sum(xp, w, rows, n) + xp.where(active, arc / (2.0 * radius), 1.0)
@@ -87,11 +108,13 @@ def initial_weights(xp, prob, active, targets, options=DEFAULT, max_iter=300):
 
     If a Voronoi cell holds less than ``options.partial_start_least`` of its target (Diracs far
     from the support, zero regions between them, clusters), the start is :func:`balanced_start`."""
-    cells = geometry.of_seeds(prob.seeds).power_cells(xp, prob.seeds, xp.zeros_like(targets), active,
-                                                      prob.lo, prob.hi)
+    if prob.period is None:
+        cells = geometry.of_seeds(prob.seeds).power_cells(xp, prob.seeds, xp.zeros_like(targets), active,
+                                                          prob.lo, prob.hi)
+    else:
+        cells = periodic.diagram_of_sites(xp, prob, xp.zeros_like(targets), active)[0]
     ones = xp.where(active, xp.ones_like(targets), 0.0)
-    integrals = capped(prob.seeds).capped_integrals
-    at = lambda c: integrals(xp, prob.seeds, cells, c * ones, prob.density.values, prob.lo, prob.hi)  # noqa: E731
+    at = lambda c: capped_at(xp, prob, cells, c * ones)      # noqa: E731
     high = 1.01 * float(xp.max(_reach(xp, cells)))
     moments, facet, arc = at(high)
     if bool(xp.any(active & (moments[:, 0] <= options.partial_start_least * targets))):
@@ -132,9 +155,10 @@ def balanced_start(xp, prob, active, targets, options=DEFAULT, max_iter=300):
                             targets * ratio, options=options)
     w, cells = balanced.psi, balanced.evaluation.cells
     reach = _reach(xp, cells)
-    at = lambda c: capped(prob.seeds).capped_integrals(      # noqa: E731
-        xp, prob.seeds, cells, xp.where(active, w + c, 0.0), prob.density.values, prob.lo, prob.hi)
+    at = lambda c: capped_at(xp, prob, cells, xp.where(active, w + c, 0.0))      # noqa: E731
     low = float(xp.max(xp.where(active, -w, -xp.inf)))          # a ball of radius 0
+    if prob.period is not None:         # per site: the farthest of all bounds each seed's
+        reach = xp.full(w.shape, xp.max(reach), dtype=w.dtype, device=aac.device(w))
     high = float(xp.max(xp.where(active, reach - w, -xp.inf))) + 1e-3 * float(xp.max(reach))   # every cell whole
     goal = options.partial_balanced_share * targets
     found = at(high)

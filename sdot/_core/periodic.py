@@ -175,18 +175,28 @@ def margin_needed(xp, cells, sites, psi_sites, active_sites, n, lo, hi, period, 
 
 def evaluate(xp, prob, psi, active, capacity, previous, diagram, trial):
     """``(cells, moments, facet)`` of :func:`.evaluation.evaluate` on a periodic domain: the
-    diagram of the sites (the seeds and as many of their images as the cells need), its moments
-    folded onto the seeds, its cells and facet integrals the sites'.
+    diagram of the sites (:func:`diagram_of_sites`), its moments folded onto the seeds, its
+    cells and facet integrals the sites'."""
+    cells, site_positions, owner = diagram_of_sites(xp, prob, psi, active, capacity, previous, diagram, trial)
+    moments, facet = prob.density.integrals(xp, site_positions, cells)
+    return cells, folded_rows(xp, moments, owner, prob.seeds.shape[0]), facet
+
+
+def diagram_of_sites(xp, prob, psi, active, capacity=None, previous=None, diagram=None, trial=False):
+    """``(cells, sites, owner)``: the power diagram in the box of the seeds and as many of their
+    images as the cells need at weights ``psi``, the sites and the seed of each.
 
     The images: as many as ``previous`` had or an earlier evaluation of the problem needed
     (:func:`sites_needed`), at least those within ``diagram.periodic_margin`` mean spacings of
-    the box (``diagram``: the :class:`.options.DiagramOptions`). If :func:`margin_needed` finds
+    the box (``diagram``: the :class:`.options.DiagramOptions`, the default's if None); on the
+    circle (1D) every image within half a period. If :func:`margin_needed` finds
     that an image left out may own a point, the images within ``diagram.periodic_growth``
     times its distance (within its bound, if only bounded) are taken and the diagram built again. A ``trial``'s
     sites are not remembered for the next evaluations (an accepted trial's are, as their
     ``previous``)."""
     from . import geometry
 
+    diagram = DIAGRAM if diagram is None else diagram
     n, dim = prob.seeds.shape
     geom = geometry.of(dim)
     capacity = geom.CAPACITY if capacity is None else capacity
@@ -194,8 +204,7 @@ def evaluate(xp, prob, psi, active, capacity, previous, diagram, trial):
     if dim == 1:                        # the circle: every image within half a period (at most 2 n)
         site_positions, owner = sites(xp, prob.seeds, prob.period, table, n + table.owner.shape[0])
         cells = geom.power_cells(xp, site_positions, xp.take(psi, owner), xp.take(active, owner), prob.lo, prob.hi)
-        moments, facet = prob.density.integrals(xp, site_positions, cells)
-        return cells, folded_rows(xp, moments, owner, n), facet
+        return cells, site_positions, owner
     if previous is not None:
         count = previous.labels.shape[0]
     else:
@@ -215,8 +224,7 @@ def evaluate(xp, prob, psi, active, capacity, previous, diagram, trial):
         count = max(n + images_within(xp, table, (diagram.periodic_growth if exact else 1.0) * need), count + 1)
         if not trial:
             sites_needed(table, count)
-    moments, facet = prob.density.integrals(xp, site_positions, cells)
-    return cells, folded_rows(xp, moments, owner, n), facet
+    return cells, site_positions, owner
 
 
 def _support_function(cells):
