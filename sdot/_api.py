@@ -181,11 +181,15 @@ def _plan_of_pair(source, target, tol, max_iter, verbose, raise_on_failure, orde
 def _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure, source, target, options):
     """The plan of a partial transport (:mod:`._partial`), refused where not solved yet; on
     NumPy, with the derivatives of its distance (:class:`._partial.DistanceRule`)."""
+    if _autodiff.transformed(prob.seeds, prob.masses, *prob.density):     # torch.func: per item
+        return OtPlan(power_diagram=None, **_partial.plan_per_item(prob, tol, max_iter, _printer(verbose),
+                                                                   raise_on_failure, options))
     with _driver.quiet_int64(), _driver.one_thread(xp):
         fields, sol, active, host = _partial.plan_of(xp, prob, tol, max_iter, _printer(verbose), options)
     potential = _autodiff.detach(fields["brenier_potential"])
     if sol is None:                         # under jax.jit: the cells are computed when asked
-        diagram = PowerDiagram._at_weights(prob.seeds, potential, prob.density)
+        period = None if prob.period is None else tuple(np.asarray(prob.period, dtype=np.float64).tolist())
+        diagram = PowerDiagram._at_weights(prob.seeds, potential, prob.density, period)
     else:
         sites = _partial.sites_of(_compat.namespace(host.seeds), host, sol)
         diagram = PowerDiagram._from_solution(evaluation.Problem(_autodiff.detach(prob.seeds), None, host.density,

@@ -133,14 +133,14 @@ def checked_problem(source, target):
         source, target = source.astype(dtype), target.astype(dtype)   # normalise in `dtype`
         prob = evaluation.Problem(source.positions, source.masses, grid_density(target.density, *target.domain))
     arrays = (prob.seeds, prob.masses) + tuple(prob.density)
+    given = (source.mass, target.mass)
+    known = all(isinstance(m, numbers.Real) for m in given)
     if any(_driver.is_tracer(a) for a in arrays):   # values unknown: the masses given, if given
-        given = (source.mass, target.mass)
-        known = all(isinstance(m, numbers.Real) for m in given)
         return xp, prob, known and _partial.is_partial(*map(float, given))
     total_rho = total_mass(target)
     if not _autodiff.transformed(*arrays, total_rho):
         return xp, prob, check_values(xp, prob, total_rho)
-    return xp, prob, False
+    return xp, prob, known and _partial.is_partial(*map(float, given))     # torch.func: the masses given
 
 
 def _host_views_of(xp, source, target):

@@ -215,6 +215,66 @@ def _on_host(tol, max_iter, options, period, seeds, masses, values, lo, hi):
     return tuple(out[k] for k in _TRACED) + (_seeds_gradient(out, host), pixels)
 
 
+class _PartialItems(_autodiff.ItemState):
+    """The partial solves of one call under ``torch.func`` transforms, one per item (of a
+    ``vmap``), kept under the values of its inputs: the gradients of each item's W2^2 are read
+    there (or solved again)."""
+
+    def __init__(self, tol, max_iter, log, raise_on_failure, options, period):
+        self.tol, self.max_iter, self.log, self.options, self.period, self.items = (tol, max_iter, log, options,
+                                                                                    period, {})
+        self.raise_on_failure = raise_on_failure
+
+    def solve(self, seeds, masses, values, lo, hi):
+        """The fields :data:`_TRACED` of one item (plain tensors), solved and kept."""
+        xp = _driver.namespace(seeds)
+        period = None if self.period is None else xp.asarray(self.period, dtype=seeds.dtype, device=aac.device(seeds))
+        host = evaluation.Problem(seeds, masses, grid_density(values, lo, hi), period)
+        with _autodiff.without_autodiff(xp), _driver.quiet_int64():
+            out, sol, active = solve_arrays(xp, host, self.tol, self.max_iter, self.log, self.options)
+            grads = (_seeds_gradient(out, host), out["brenier_potential"], _pixel_gradients(xp, host, sol, active))
+        if self.raise_on_failure and not bool(out["converged"]):
+            from ._ot_plan import OtNotConverged
+
+            raise OtNotConverged(f"partial transport did not converge on an item (torch.func): max cell-mass error "
+                                 f"{float(out['residual']):.3g} after {int(out['iterations'])} Newton steps "
+                                 f"(tol {self.tol:.3g})", None)
+        self.items[_key((seeds, masses, values, lo, hi))] = grads
+        return tuple(xp.asarray(out[k]) for k in _TRACED)
+
+    def of(self, inputs):
+        key = _key(inputs)
+        if key not in self.items:
+            self.solve(*inputs)
+        return self.items[key]
+
+
+def _key(inputs):
+    return tuple((tuple(x.shape), _driver._to_host(x).tobytes()) for x in inputs)
+
+
+def plan_per_item(prob, tol, max_iter, log, raise_on_failure=True, options=DEFAULT):
+    """The fields of the partial plan of a problem of tensors wrapped by ``torch.func``
+    transforms: every item solved on its values (:class:`_PartialItems`), ``distance``
+    differentiable to first order, per item."""
+    inputs = (prob.seeds, prob.masses, prob.density.values, prob.lo, prob.hi)
+    items = _PartialItems(tol, max_iter, log, raise_on_failure, options, prob.period)
+    fields = dict(zip(_TRACED, _autodiff.host_map(items.solve, *inputs)))
+
+    def gradients(inputs, _, needs):
+        if needs[3] or needs[4]:
+            raise NotImplementedError("the derivative of partial transport's W2^2 with respect to the grid's "
+                                      "domain is not implemented yet")
+        grads = _autodiff.host_map(lambda *plain: items.of(plain), *inputs)
+        what = "partial transport's W2^2 gradient"
+        return tuple(_autodiff.first_order(g, inputs, what) if need else None
+                     for g, need in zip(grads, needs[:3])) + (None, None)
+    fields["distance"] = _autodiff.attach(fields["distance"], inputs, items, gradients)
+    for k in _PLAN_ARRAYS:
+        fields[k] = _autodiff.not_differentiable(fields[k], inputs, f"the partial plan's {k}")
+    return fields
+
+
 def _is_recorded(x):
     return _driver.is_tracer(x) or bool(getattr(x, "requires_grad", False))
 

@@ -481,7 +481,11 @@ def test_on_the_torus():
         assert np.asarray(g(jax.numpy.asarray(x))) == pytest.approx(xt.grad.numpy(), rel=1e-12, abs=1e-15)
     plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(x), sdot.Grid(img, mass=1.7), metric=torus)
     assert sum(float(c.measure) for c in plan.power_diagram.cells) == pytest.approx(1.0, abs=1e-9)
-    segments = plan.power_diagram.plot().collections[0].get_segments()
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    segments = plan.power_diagram.plot(ax=ax).collections[0].get_segments()
+    plt.close(fig)
     along = [s for s in segments if np.any(np.all(np.abs(s - 0.0) < 1e-12, axis=0) | np.all(np.abs(s - 1.0) < 1e-12,
                                                                                             axis=0))]
     assert not along

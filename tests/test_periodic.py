@@ -243,7 +243,10 @@ def test_the_plot_draws_the_pieces(numpy_driver):
     matplotlib.use("Agg")
     points = np.random.default_rng(1).random((50, 2))
     plan = sdot.optimal_transport_plan(sdot.SumOfDiracs(points), sdot.Grid(np.ones((1, 1))), metric=TORUS2)
-    ax = plan.power_diagram.plot()
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    plan.power_diagram.plot(ax=ax)
     segments = ax.collections[0].get_segments()
     inside = np.concatenate(segments)
     assert inside.min() >= -1e-12 and inside.max() <= 1 + 1e-12     # wrapped in the domain

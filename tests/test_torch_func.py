@@ -205,3 +205,31 @@ def test_periodic_domains(data):
     c = lambda y: sdot.distance(sdot.SumOfDiracs1d(y), sdot.Grid(img[:, 0]), metric=circle)      # noqa: E731
     yr = x[:, 0].clone().requires_grad_(True)
     torch.testing.assert_close(func.grad(c)(x[:, 0]), torch.autograd.grad(c(yr), yr)[0], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("periodic", [False, True])
+def test_partial_transport(data, periodic):
+    """A target heavier than the source (the masses given as numbers): grad of W2^2 with
+    respect to the positions and the pixels equals autograd's, vmap the items, jacfwd the
+    gradient; the Hessian, and jacrev of the barycentres, raise (first order only); jacfwd of
+    the barycentres is NaN, never a silent zero. On the torus too."""
+    from sdot.metrics import Norm2, PeriodicMetric
+
+    x, img = data
+    metric = PeriodicMetric(Norm2(), [1.0, 1.0]) if periodic else None
+    w = lambda x: sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(img, mass=1.8), metric=metric)      # noqa: E731
+    xr = x.clone().requires_grad_(True)
+    (ref,) = torch.autograd.grad(w(xr), xr)
+    torch.testing.assert_close(func.grad(w)(x), ref, rtol=0, atol=1e-14)
+    torch.testing.assert_close(func.jacfwd(w)(x), ref, rtol=0, atol=1e-14)
+    batch = torch.stack([x, torch.flip(x, (0,))])
+    torch.testing.assert_close(func.vmap(w)(batch), torch.stack([w(a) for a in batch]), rtol=1e-13, atol=0)
+    v = lambda values: sdot.distance(sdot.SumOfDiracs(x), sdot.Grid(values, mass=1.8), metric=metric)  # noqa: E731
+    vr = img.clone().requires_grad_(True)
+    torch.testing.assert_close(func.grad(v)(img), torch.autograd.grad(v(vr), vr)[0], rtol=0, atol=1e-14)
+    with pytest.raises(NotImplementedError, match="not implemented"):
+        func.hessian(w)(x)
+    b = lambda x: sdot.barycenters(sdot.SumOfDiracs(x), sdot.Grid(img, mass=1.8), metric=metric)   # noqa: E731
+    with pytest.raises(NotImplementedError, match="partial plan's barycenters"):
+        func.jacrev(b)(x)
+    assert torch.isnan(func.jacfwd(b)(x)).all()

@@ -161,11 +161,16 @@ def first_order(value, inputs, what):
 
 def not_differentiable(value, inputs, what):
     """``value`` whose derivative with respect to ``inputs`` is not implemented: torch raises
-    ``NotImplementedError`` naming ``what`` when it is differentiated (:func:`first_order`);
-    JAX, which differentiates every output of a function, used or not, gets NaN tangents
-    rather than a silent zero."""
+    ``NotImplementedError`` naming ``what`` when it is differentiated backward (:func:`first_order`)
+    and gives NaN tangents forward (``torch.func.jacfwd``, which takes every output's, used or
+    not); JAX, which differentiates every output of a function too, gets NaN tangents: never a
+    silent zero."""
     if aac.is_jax_array(value):
         from ._jax import _nan_if_differentiated
 
         return value + _nan_if_differentiated(value * 0, tuple(inputs))
+    if aac.is_torch_array(value):
+        from ._torch import not_differentiable as not_differentiable_torch
+
+        return not_differentiable_torch(value, inputs, what)
     return first_order(value, inputs, what)

@@ -245,3 +245,24 @@ def first_order(value, inputs, what):
     if not transformed(*inputs) and (not torch.is_grad_enabled() or not any(x.requires_grad for x in inputs)):
         return value
     return _FirstOrder.apply(value, what, *inputs)
+
+
+class _NotDifferentiable(_FirstOrder):
+    """:class:`_FirstOrder` whose forward-mode tangent is NaN (see
+    :func:`sdot._autodiff.not_differentiable`)."""
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.what, ctx.like = inputs[1], (output.shape, output.dtype, output.device)
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        shape, dtype, device = ctx.like
+        return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+
+def not_differentiable(value, inputs, what):
+    """See :func:`sdot._autodiff.not_differentiable`."""
+    if not transformed(*inputs) and (not torch.is_grad_enabled() or not any(x.requires_grad for x in inputs)):
+        return value
+    return _NotDifferentiable.apply(value, what, *inputs)
