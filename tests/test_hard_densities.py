@@ -371,15 +371,13 @@ def test_one_dirac_far_away(sdot_driver, name):
     assert float(plan.distance) == pytest.approx(cost, rel=1e-10)
 
 
-@pytest.mark.parametrize("name", ["numpy", "torch", "array_api_strict"])   # JAX: the test above
+@pytest.mark.only_backends("numpy", "torch", "array_api_strict", reason="JAX: the test above")
 @pytest.mark.parametrize("far", [1e5, 1e6])
-def test_one_dirac_very_far_away_in_the_core(name, far):
+def test_one_dirac_very_far_away_in_the_core(eager_backend, far):
     """The same with the Dirac at 1e5 and 1e6, checked on the solver's own weights (the
     mean-0 gauge of the public ones rounds the others' away). The far cell's mass moves
     W2^2 by ``|y - x|^2 ~ 2 far^2`` per unit: masses to 1e-9 allow W2^2 to 4e-9 far^2."""
-    from conftest import Backend
-
-    backend = Backend(name)
+    backend = eager_backend
     pts = np.concatenate([np.random.default_rng(8).random((39, 2)), [[far, far]]])
     converged, distance, psi = core_solve(backend, pts, np.ones((1, 1)), 100)
     assert converged
@@ -552,12 +550,8 @@ def test_zero_background_under_jit(sdot_driver):
         check_certified(backend, solve(backend, pts, img), pts, img)
 
 
-@pytest.mark.parametrize("name", ["numpy", "torch"])   # JAX: the two discs; array_api_strict: the generated supports
-def test_weighted_diracs_over_six_decades(sdot_driver, name):
-    from conftest import Backend
-
-    eager_backend = Backend(name)
-    sdot_driver.framework = eager_backend.framework
+@pytest.mark.only_backends("numpy", "torch", reason="JAX: the two discs; array_api_strict: the generated supports")
+def test_weighted_diracs_over_six_decades(eager_backend):
     rng = np.random.default_rng(2)
     pts = rng.random((30, 2))
     w = 10 ** rng.uniform(-6, 0, 30)
