@@ -360,7 +360,9 @@ def _plot_intervals(ax, seeds, ends, live, points, style, labels=None, n=None):
     lo, hi = ends[live].min(), ends[live].max()
     ticks = ends[live] if labels is None else ends[live[:, None] & (labels >= 0)]
     ax.plot([lo, hi], [0.0, 0.0], **({"color": "k", "lw": 0.5} | style))
-    ax.plot(np.unique(ticks), np.zeros(len(np.unique(ticks))), "|", color="k", ms=12)
+    ticks = np.sort(ticks.ravel())          # one tick per end (the two cells' within rounding)
+    ticks = ticks[np.r_[True, np.diff(ticks) > 1e-12 * max(hi - lo, 1e-300)]]
+    ax.plot(ticks, np.zeros(len(ticks)), "|", color="k", ms=12)
     if points:
         ax.plot(seeds[:n], np.full(len(seeds[:n]), 0.1), ".", ms=4, color="C3")
         mid = ends[live].mean(axis=1)

@@ -14,7 +14,8 @@ is convex in ``theta``, of derivative ``g(theta) = sum_k (b_k - y_k)^2 - (b_{k-1
 (nondecreasing). The weights follow from the boundaries as on the line, ``psi_{k+1} - psi_k
 = (y_{k+1} - y_k) (y_{k+1} + y_k - 2 b_k)``, and they close around the circle (``psi_{m+1} =
 psi_1``, with ``y_{m+1} = y_1 + L``) iff ``g(theta) = 0``: the optimal shift is the root of
-``g``, found by a safeguarded secant (Illinois) to rounding. Where the root is a jump of
+``g``, found by a safeguarded secant (Illinois; a bisection after a step that did not halve
+``|g|``) until ``g`` is 0 within rounding or its bracket is. Where the root is a jump of
 ``g`` (a boundary at a zero-density gap) the boundaries in the gap take the point of it
 where ``g``, linear there, vanishes. At the root every cell lies within ``L / 2`` of its
 Dirac: the lifted cost is the circle's.
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import array_api_compat as aac
 
-from .. import periodic
+from .. import _compat, periodic
 from .cells import clamp, intervals, live_order
 from .cdf import cumulative_masses, inverse_cdf, prefix_sums
 
@@ -65,28 +66,30 @@ def weights_and_cells(xp, prob, active, targets):
         return xp.concat([b, b[:1] + period])
 
     def slope(b):
-        """``g``: the sum over the cells of ``(b_k - y_k)^2 - (b_{k-1} - y_k)^2``."""
-        return float(xp.sum((b[:-1] - b[1:]) * (2.0 * ys - b[1:] - b[:-1])))
+        """``(g, scale)``: the sum over the cells of ``(b_k - y_k)^2 - (b_{k-1} - y_k)^2`` and the
+        sum of their magnitudes (``g`` within a few roundings of it is 0)."""
+        terms = (b[:-1] - b[1:]) * (2.0 * ys - b[1:] - b[:-1])
+        return float(xp.sum(terms)), float(xp.sum(xp.abs(terms)))
 
     # a bracket: the cell of y_1 starts within L / 2 before it, so theta is in [-M, M]
     a, b = -total, total
-    ga, gb = slope(ends(a, False)), slope(ends(b, False))
+    ga, gb = slope(ends(a, False))[0], slope(ends(b, False))[0]
     while ga > 0.0:
-        a, ga = a - total, slope(ends(a - total, False))
+        a, ga = a - total, slope(ends(a - total, False))[0]
     while gb < 0.0:
-        b, gb = b + total, slope(ends(b + total, False))
-    side, width = 0, b - a
-    for step in range(MAX_STEPS):
+        b, gb = b + total, slope(ends(b + total, False))[0]
+    side, best, bisect = 0, min(-ga, gb), False
+    for _ in range(MAX_STEPS):
         if ga == 0.0 or gb == 0.0 or b - a <= 4.0 * 2.0 ** -52 * max(abs(a), abs(b), total):
             break
-        if step % 2 == 1 and b - a > 0.5 * width:       # the secant did not halve it: bisect
+        t = (a * gb - b * ga) / (gb - ga)
+        if bisect or not a < t < b:         # the last secant step did not halve the least |g|
             t = 0.5 * (a + b)
-        else:
-            t = (a * gb - b * ga) / (gb - ga)
-            t = t if a < t < b else 0.5 * (a + b)
-        if step % 2 == 1:
-            width = b - a
-        gt = slope(ends(t, False))
+        gt, scale = slope(ends(t, False))
+        if abs(gt) <= 64.0 * 2.0 ** -52 * scale:     # 0 within rounding (not at a jump of g)
+            a = b = t
+            break
+        bisect, best = abs(gt) > 0.5 * best, min(best, abs(gt))
         if gt <= 0.0:
             a, ga = t, gt
             gb = 0.5 * gb if side == -1 else gb          # Illinois: halve the value kept twice
@@ -97,26 +100,29 @@ def weights_and_cells(xp, prob, active, targets):
             side = 1
     # the boundaries: at a jump of g (a gap), where g is 0 between its lower and upper ends
     low, high = ends(a, False), ends(b, True)
-    g_low, g_high = slope(low), slope(high)
+    g_low, g_high = slope(low)[0], slope(high)[0]
     t = 0.5 if g_low == g_high else min(max(g_low / (g_low - g_high), 0.0), 1.0)
     bounds = low + t * (high - low)
-    psi = _weights(xp, ys, bounds, n, order, m)
-    cells, sites, owner = _cells(xp, prob, order, m, bounds)
+    back = _compat.put_rows(xp, xp.zeros((n,), dtype=order.dtype, device=dev), order,
+                            xp.arange(n, dtype=order.dtype, device=dev))       # the inverse of ``order``
+    psi = _weights(xp, ys, bounds, n, back, m)
+    cells, sites, owner = _cells(xp, prob, back, m, bounds)
     return psi, cells, sites, owner
 
 
-def _weights(xp, ys, bounds, n, order, m):
+def _weights(xp, ys, bounds, n, back, m):
     """The weights of the Diracs (0 on the inactive ones) from the sorted positions ``ys`` and
-    the boundaries ``bounds`` (m + 1,): ``psi_{k+1} - psi_k = (y_{k+1} - y_k) (y_{k+1} + y_k -
+    the boundaries ``bounds`` (m + 1,) (``back``: each Dirac's place by position):
+    ``psi_{k+1} - psi_k = (y_{k+1} - y_k) (y_{k+1} + y_k -
     2 b_k)``, ``psi_1 = 0``."""
     dev = aac.device(ys)
     steps = (ys[1:] - ys[:-1]) * ((ys[1:] - bounds[1:-1]) + (ys[:-1] - bounds[1:-1]))
     psi = xp.concat([xp.zeros((1,), dtype=ys.dtype, device=dev), prefix_sums(xp, steps)])
     psi = xp.concat([psi, xp.zeros((n - m,), dtype=ys.dtype, device=dev)])
-    return xp.take(psi, xp.argsort(order, stable=True))
+    return xp.take(psi, back)
 
 
-def _cells(xp, prob, order, m, bounds):
+def _cells(xp, prob, back, m, bounds):
     """``(cells, sites, owner)``: the intervals of the sites (the seeds and every image of
     :func:`..periodic.table_of`), the image ``(k, j)`` of the ``k``-th Dirac by position
     holding ``[b_{k-1}, b_k] + j L`` clipped to the domain."""
@@ -125,12 +131,14 @@ def _cells(xp, prob, order, m, bounds):
     table = periodic.table_of(xp, prob)
     sites, owner = periodic.sites(xp, prob.seeds, prob.period, table, n + table.owner.shape[0])
     shift = xp.concat([xp.zeros((n,), dtype=sites.dtype, device=dev), table.shift[:, 0]])
-    rank = xp.take(_ranks(xp, order, m, n), owner)                 # the Dirac's place by position, or -1
+    rank = xp.take(_ranks(xp, back, m, n), owner)                 # the Dirac's place by position, or -1
     live_dirac = rank >= 0
     safe = xp.where(live_dirac, rank, 0)
     lo, hi = prob.lo[0], prob.hi[0]
-    left = xp.take(bounds, safe) + shift * prob.period[0]
-    right = xp.take(bounds, safe + 1) + shift * prob.period[0]
+    period = prob.period[0]
+    left = xp.take(bounds, safe) + shift * period
+    # (the last Dirac's right end as the first's left end one turn on, rounded alike)
+    right = xp.where(safe + 1 == m, bounds[0] + (shift + 1.0) * period, xp.take(bounds, safe + 1) + shift * period)
     a, b = clamp(xp, left, lo, hi), clamp(xp, right, lo, hi)
     live = live_dirac & (b > a)
     by_position, _, n_live = live_order(xp, sites[:, 0], live)
@@ -144,8 +152,9 @@ def _cells(xp, prob, order, m, bounds):
     return cells, sites, owner
 
 
-def _ranks(xp, order, m, n):
-    """Each Dirac's place among the first ``m`` of ``order`` (-1 for the others)."""
-    dev = aac.device(order)
+def _ranks(xp, back, m, n):
+    """Each Dirac's place among the first ``m`` by position (-1 for the others), from its place
+    ``back`` among all."""
+    dev = aac.device(back)
     place = xp.concat([xp.arange(m, dtype=xp.int64, device=dev), xp.full((n - m,), -1, dtype=xp.int64, device=dev)])
-    return xp.take(place, xp.argsort(order, stable=True))
+    return xp.take(place, back)
