@@ -10,7 +10,7 @@ import array_api_compat as aac
 import numpy as np
 
 from . import _autodiff, _batched, _differentiable, _driver, _partial
-from ._core import _compat, evaluation
+from ._core import evaluation
 from ._core.options import DEFAULT as NEWTON_OPTIONS
 from ._spline_grid import SplineGrid
 from ._diagram import PowerDiagram
@@ -185,23 +185,22 @@ def _partial_plan(xp, prob, tol, max_iter, verbose, raise_on_failure, source, ta
         return OtPlan(power_diagram=None, **_partial.plan_per_item(prob, tol, max_iter, _printer(verbose),
                                                                    raise_on_failure, options))
     with _driver.quiet_int64(), _driver.one_thread(xp):
-        fields, sol, active, host = _partial.plan_of(xp, prob, tol, max_iter, _printer(verbose), options)
+        fields, sol, active, host, sites = _partial.plan_of(xp, prob, tol, max_iter, _printer(verbose), options)
     potential = _autodiff.detach(fields["brenier_potential"])
     if sol is None:                         # under jax.jit: the cells are computed when asked
         period = None if prob.period is None else tuple(np.asarray(prob.period, dtype=np.float64).tolist())
         diagram = PowerDiagram._at_weights(prob.seeds, potential, prob.density, period)
     else:
-        sites = _partial.sites_of(_compat.namespace(host.seeds), host, sol)
         diagram = PowerDiagram._from_solution(evaluation.Problem(_autodiff.detach(prob.seeds), None, host.density,
                                                                  host.period),
                                               potential, sol.evaluation.cells, sol.evaluation.moments, active,
-                                              *(sites if sites[1] is not None else ()))
+                                              *sites)
     diagram.capped = True
     out = OtPlan(power_diagram=diagram, **fields)
     if sol is not None and aac.is_numpy_array(out.barycenters):
         lin = types.SimpleNamespace(seeds=host.seeds, lo=host.lo, hi=host.hi, values=host.density.values)
         out._normalisation = _differentiable.Normalisation(source, target, lin)
-        out._kept_rule = _partial.numpy_rule(host, fields, sol, active)
+        out._kept_rule = _partial.numpy_rule(host, fields, sol, active, sites)
     if raise_on_failure and not _driver.is_tracer(out.converged) and not bool(out.converged):
         raise OtNotConverged(f"partial transport did not converge: {STATUS[int(out.status)]} after "
                              f"{int(out.iterations)} Newton steps, max cell-mass error {float(out.residual):.3g} "

@@ -71,8 +71,9 @@ def check(xp, prob, tol, max_iter):
 
 
 def solve_arrays(xp, prob, tol, max_iter, log=None, options=DEFAULT):
-    """The plan's arrays (a dict, see :class:`sdot.OtPlan`), the solution and the active
-    Diracs, in ``prob``'s units."""
+    """The plan's arrays (a dict, see :class:`sdot.OtPlan`), the solution, the active Diracs
+    and, on a periodic domain, the ``(sites, owner)`` of its cells (else ``(None, None)``), in
+    ``prob``'s units."""
     given = prob
     if prob.period is not None:         # the Diracs on the torus; the plan's arrays next to the given ones
         prob = prob._replace(seeds=periodic.fold_onto(xp, prob.seeds, prob.lo, prob.period))
@@ -81,33 +82,26 @@ def solve_arrays(xp, prob, tol, max_iter, log=None, options=DEFAULT):
     sol = partial.solve(xp, unit, tol, max_iter, active, targets, log=log, options=options)
     sol = sol._replace(psi=sol.psi * (scale * scale), evaluation=plan._in_units(xp, sol.evaluation, scale))
     out = plan._plan_arrays(xp, given, sol.evaluation.moments, sol.psi, rep, active, targets)
+    sites = plan._sites(xp, prob, unit, sol.evaluation.cells)
     lives = xp.take(active, rep)
     out["brenier_potential"] = xp.where(lives, xp.take(sol.psi, rep), 0.0)   # fixed by the balls: no gauge
     del out["psi"]
     return dict(out, residual=sol.residual, iterations=sol.iterations, converged=sol.converged,
-                status=sol.status), sol, active
+                status=sol.status), sol, active, sites
 
 
-def sites_of(xp, host, sol):
-    """``(sites, owner)`` of the cells of a solve of :func:`solve_arrays` on a periodic domain
-    (the images of its normalised problem, :func:`._core.plan.normalised`), else ``(host.seeds,
-    None)``."""
-    if host.period is None:
-        return host.seeds, None
-    folded = host._replace(seeds=periodic.fold_onto(xp, host.seeds, host.lo, host.period))
-    return periodic.sites_of(xp, folded, sol.evaluation.cells, units=plan.normalised(xp, folded)[0])
-
-
-def _pixel_gradients(xp, host, sol, active):
+def _pixel_gradients(xp, host, sol, active, sites):
     """``dW/drho`` per pixel: ``int_pixel min(min_i |x - y_i|^2 - psi_i, 0)`` (on a periodic
-    domain, over the cells of the sites)."""
+    domain, over the cells of the ``sites`` of :func:`solve_arrays`)."""
     zero = xp.zeros_like(sol.psi)
     live = xp.where(active, xp.ones_like(sol.psi), 0.0)
     first = [zero] * host.seeds.shape[1]
     coefficients = xp.stack([-sol.psi * live] + first + [live], axis=1)
     psi = xp.where(active, sol.psi, 0.0)
-    sites, owner = sites_of(xp, host, sol)
-    if owner is not None:
+    sites, owner = sites
+    if owner is None:
+        sites = host.seeds
+    else:
         coefficients, psi = xp.take(coefficients, owner, axis=0), xp.take(psi, owner)
     return partial.capped(host.seeds).capped_polynomial_integrals(
         xp, sites, sol.evaluation.cells, psi, coefficients, host.lo, host.hi, tuple(host.density.values.shape))
@@ -121,23 +115,23 @@ def plan_of(xp, prob, tol, max_iter, log, options=DEFAULT):
     inputs = (prob.seeds, prob.masses, prob.density.values, prob.lo, prob.hi)
     if host is None:
         fields, state = _traced_fields(prob, tol, max_iter, options)
-        sol = active = None
+        sol = active = sites = None
     else:
         hxp = _compat.namespace(host.seeds)
-        out, sol, active = solve_arrays(hxp, host, tol, max_iter, log, options)
+        out, sol, active, sites = solve_arrays(hxp, host, tol, max_iter, log, options)
         like = _autodiff.detach(prob.seeds)
         back = (lambda a: _driver.convert_like(np.asarray(a), like)) if hxp is not xp else (lambda a: a)
         fields = {k: back(v) for k, v in out.items()}
         state = None
         if any(_is_recorded(a) for a in inputs):
-            pixels = _pixel_gradients(hxp, host, sol, active) if _is_recorded(prob.density.values) else None
+            pixels = _pixel_gradients(hxp, host, sol, active, sites) if _is_recorded(prob.density.values) else None
             state = (back(_seeds_gradient(out, host)), back(out["brenier_potential"]))
             state += () if pixels is None else (back(pixels),)
     if state is not None:
         fields["distance"] = _autodiff.attach(fields["distance"], inputs, state, _distance_gradients)
         for k in _PLAN_ARRAYS:
             fields[k] = _autodiff.not_differentiable(fields[k], inputs, f"the partial plan's {k}")
-    return fields, sol, active, host
+    return fields, sol, active, host, sites
 
 
 class DistanceRule:
@@ -171,10 +165,11 @@ class DistanceRule:
         return tuple(cotangents[0] * g for g in self._grads()) + (None, None)
 
 
-def numpy_rule(host, out, sol, active):
-    """The :class:`DistanceRule` of a plan solved on NumPy (``out``: its arrays)."""
+def numpy_rule(host, out, sol, active, sites):
+    """The :class:`DistanceRule` of a plan solved on NumPy (``out``: its arrays; ``sites``: those of
+    :func:`solve_arrays`)."""
     return DistanceRule(lambda: (_seeds_gradient(out, host), out["brenier_potential"],
-                                 _pixel_gradients(np, host, sol, active)))
+                                 _pixel_gradients(np, host, sol, active, sites)))
 
 
 def _seeds_gradient(out, host):
@@ -210,8 +205,8 @@ def _on_host(tol, max_iter, options, period, seeds, masses, values, lo, hi):
     host = evaluation.Problem(seeds, masses, grid_density(values, lo, hi),
                               None if period is None else np.asarray(period, dtype=seeds.dtype))
     with _driver.quiet_int64():
-        out, sol, active = solve_arrays(np, host, tol, max_iter, options=options)
-        pixels = _pixel_gradients(np, host, sol, active)
+        out, sol, active, sites = solve_arrays(np, host, tol, max_iter, options=options)
+        pixels = _pixel_gradients(np, host, sol, active, sites)
     return tuple(out[k] for k in _TRACED) + (_seeds_gradient(out, host), pixels)
 
 
@@ -231,26 +226,23 @@ class _PartialItems(_autodiff.ItemState):
         period = None if self.period is None else xp.asarray(self.period, dtype=seeds.dtype, device=aac.device(seeds))
         host = evaluation.Problem(seeds, masses, grid_density(values, lo, hi), period)
         with _autodiff.without_autodiff(xp), _driver.quiet_int64():
-            out, sol, active = solve_arrays(xp, host, self.tol, self.max_iter, self.log, self.options)
-            grads = (_seeds_gradient(out, host), out["brenier_potential"], _pixel_gradients(xp, host, sol, active))
+            out, sol, active, sites = solve_arrays(xp, host, self.tol, self.max_iter, self.log, self.options)
+            grads = (_seeds_gradient(out, host), out["brenier_potential"],
+                     _pixel_gradients(xp, host, sol, active, sites))
         if self.raise_on_failure and not bool(out["converged"]):
             from ._ot_plan import OtNotConverged
 
             raise OtNotConverged(f"partial transport did not converge on an item (torch.func): max cell-mass error "
                                  f"{float(out['residual']):.3g} after {int(out['iterations'])} Newton steps "
                                  f"(tol {self.tol:.3g})", None)
-        self.items[_key((seeds, masses, values, lo, hi))] = grads
+        self.items[self.key((seeds, masses, values, lo, hi))] = grads
         return tuple(xp.asarray(out[k]) for k in _TRACED)
 
     def of(self, inputs):
-        key = _key(inputs)
+        key = self.key(inputs)
         if key not in self.items:
             self.solve(*inputs)
         return self.items[key]
-
-
-def _key(inputs):
-    return tuple((tuple(x.shape), _driver._to_host(x).tobytes()) for x in inputs)
 
 
 def plan_per_item(prob, tol, max_iter, log, raise_on_failure=True, options=DEFAULT):

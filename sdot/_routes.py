@@ -165,10 +165,6 @@ class _ItemSolves(_autodiff.ItemState):
         self.tol, self.max_iter, self.log, self.options = tol, max_iter, log, options
         self.raise_on_failure, self.items, self.period = raise_on_failure, {}, period
 
-    @staticmethod
-    def _key(inputs):
-        return tuple((tuple(x.shape), _driver._to_host(x).tobytes()) for x in inputs)
-
     def solve(self, seeds, masses, values, lo, hi, total_rho=None):
         """The plan's arrays (:data:`_ITEM_ARRAYS`) of one item (plain tensors), solved and kept."""
         xp = _driver.namespace(seeds)
@@ -181,7 +177,7 @@ class _ItemSolves(_autodiff.ItemState):
             res = plan.solve_plan(xp, prob, self.tol, self.max_iter, log=self.log, options=self.options)
         res.update({k: _autodiff.released(res[k]) for k in PLAN_ARRAYS + ("distance",)})
         lin = _differentiable.linearization(prob, res)
-        self.items[self._key((seeds, masses, values, lo, hi))] = (lin, res, _differentiable.Kept())
+        self.items[self.key((seeds, masses, values, lo, hi))] = (lin, res, _differentiable.Kept())
         if self.raise_on_failure and not bool(res["converged"]):
             partial = OtPlan(distance=res["distance"], power_diagram=None, **{k: res[k] for k in PLAN_ARRAYS})
             stop = (res["solution"].width, res["solution"].damping)
@@ -194,7 +190,7 @@ class _ItemSolves(_autodiff.ItemState):
 
     def item(self, inputs):
         """``(linearization, solve result, Kept)`` of the item of ``inputs``."""
-        key = self._key(inputs)
+        key = self.key(inputs)
         if key not in self.items:
             self.solve(*inputs)
         return self.items[key]

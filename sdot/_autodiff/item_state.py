@@ -7,6 +7,12 @@ class ItemState:
     ``inputs`` of :func:`attach`, as plain arrays) are ``inputs``. :func:`attach` and
     :func:`attach_linear` take one as their ``state``; the rules then see the item's."""
 
+    @staticmethod
+    def key(inputs):
+        """The key of an item: the shapes and bytes of its ``inputs`` (plain tensors: the items of
+        ``torch.func`` transforms)."""
+        return tuple((tuple(x.shape), x.detach().cpu().numpy().tobytes()) for x in inputs)
+
     def of(self, inputs):
         """The state of the item of ``inputs`` (a tuple of plain arrays)."""
         raise NotImplementedError
