@@ -525,7 +525,7 @@ def test_the_descent_finds_whether_a_new_site_owns_a_point(dim, kind):
 
     memory = periodic_reach.DescentMemory(m)
     memory.starts[:] = rng.choice([-1, n + 5] + list(np.flatnonzero(count == 0)[:1]), m)
-    descend = lambda *a: descent.owners(*a[:3], *geometry, ends=a[3])      # noqa: E731
+    descend = lambda *a: descent.owners(*a[:3], *geometry, ends=a[3], least=a[4])      # noqa: E731
     for _ in range(2):
         assert np.array_equal(periodic_reach._descended(x, count > 0, z, w, np.arange(m), descend, memory), got)
         assert np.all(count[memory.starts] > 0)
@@ -542,3 +542,62 @@ def test_the_descent_finds_whether_a_new_site_owns_a_point(dim, kind):
     assert 5 <= want.sum() <= m - 5
     assert np.all(got[want])                        # never says no to an owner
     assert np.sum(got & ~want) <= 2                 # yes to a non-owner only at a tie (a cell of no volume)
+
+
+def _least_gaps(z, w, x, psi, cells, dim):
+    """The least power gap ``|v - z|^2 - w - (|v - x_c|^2 - psi_c)`` of each site ``z`` over the
+    vertices ``v`` of every nonempty cell ``c`` (brute force)."""
+    vertices, live = cells[0], (np.arange(cells[0].shape[1])[None, :] < (cells[2] if dim == 2 else cells[3])[:, None])
+    if dim == 3:
+        live &= cells[1][..., 0] >= 0
+    e = z[:, None, :] - x[None, :, :]                                              # (m, n, d)
+    g = (np.sum(e * e, axis=2)[:, :, None] - 2.0 * np.einsum("nvk,mnk->mnv", vertices, e)
+         - w[:, None, None] + psi[None, :, None])
+    return np.min(np.where(live[None], g, np.inf), axis=(1, 2))
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_the_descent_memory_skips_only_images_that_still_own_no_point(dim):
+    """The least power gap the descent reports is the brute-force least over the cells' vertices;
+    lowered by the weights' drift (:meth:`DescentMemory.drifted`) it stays below the least at the
+    new weights, and the images it skips own no point there (the same answers as descents from
+    scratch)."""
+    from sdot._host import periodic_reach
+    from sdot._host.compiled import cells2d, descent
+
+    rng = np.random.default_rng(3)
+    x, psi = _planar("weighted", rng) if dim == 2 else _seeds("hidden", rng)
+    n, lo, hi = len(x), np.zeros(dim), np.ones(dim)
+    kernels, capacity = (cells2d, 16) if dim == 2 else (cells3d, 48)
+    m = 80
+    z = rng.random((m, dim)) * 1.4 - 0.2
+    w = (1.0 / n) ** (2 / dim) * rng.choice([-3.0, 0.0, 3.0], m)
+
+    def diagram(weights):
+        cells = kernels.power_cells(x, weights, np.ones(n, bool), lo, hi, capacity, options=CELLS)
+        geometry = ((x, weights, cells[0], cells[2], cells[1]) if dim == 2 else
+                    (x, weights, cells[0], cells[5], cells[4], cells[3], cells[1]))
+        count = cells[2] if dim == 2 else cells[5]
+        return cells, geometry, count > 0
+
+    memory = periodic_reach.DescentMemory(m)
+    owner, seeds_active = n + np.arange(m), np.arange(n + m) < n      # the images as seeds of their own, fixed weights
+    weights = psi
+    for step in range(3):
+        cells, geometry, used = diagram(weights)
+        memory.drifted(np.concatenate([weights, w]), seeds_active, owner, np.ones(n, bool), used)
+        truth = _least_gaps(z, w, x, weights, (cells[0], cells[1], cells[2]) if dim == 2 else
+                            (cells[0], cells[1], None, cells[3]), dim)
+        finite = np.isfinite(memory.least)
+        assert np.all(memory.least[finite] <= truth[finite] + 1e-12)
+        skipped = int(np.sum(memory.least > 0.0))
+        descend = lambda *a, g=geometry: descent.owners(*a[:3], *g, ends=a[3], least=a[4])  # noqa: E731
+        got = periodic_reach._descended(x, used, z, w, np.arange(m), descend, memory)
+        fresh_least = np.empty(m)
+        fresh = descent.owners(z, w, np.flatnonzero(used)[np.zeros(m, np.int64)], *geometry, least=fresh_least)
+        assert np.array_equal(got, fresh)
+        assert np.allclose(fresh_least[~fresh], truth[~fresh], rtol=0, atol=1e-12)
+        assert np.all(fresh_least[fresh] == -np.inf)
+        if step:
+            assert skipped >= m // 4                # most images far from owning are not descended again
+        weights = weights + (1.0 / n) ** (2 / dim) * 0.05 * rng.standard_normal(n)

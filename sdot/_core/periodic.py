@@ -145,31 +145,38 @@ def margin_needed(xp, cells, sites, psi_sites, active_sites, n, lo, hi, period, 
     margin is then that of the farthest image that may own a point (0 if none). ``diagram``: the
     :class:`.options.DiagramOptions` (the default's if None)."""
     diagram = DIAGRAM if diagram is None else diagram
+    dev = aac.device(sites)
     r2 = radii2(xp, cells)
-    side = xp.min(xp.where((period > 0)[None, :], xp.minimum(sites - lo, hi - sites), xp.inf), axis=1)
+    side = xp.full(sites.shape[:1], xp.inf, dtype=sites.dtype, device=dev)
+    for a in range(sites.shape[1]):     # by axis: a reduction over a short last axis is slow in NumPy
+        if float(period[a]) > 0:
+            side = xp.minimum(side, xp.minimum(sites[:, a] - lo[a], hi[a] - sites[:, a]))
     used = active_sites & (cells.count > 0)
     top = xp.max(xp.where(active_sites, psi_sites, -xp.inf))
     reach = xp.sqrt(xp.maximum(r2 - psi_sites + top, 0.0)) - xp.maximum(side - xp.sqrt(r2), 0.0)
     bound = float(xp.maximum(xp.max(xp.where(used, reach, -xp.inf)), 0.0))
-    k = sites.shape[0] - n
-    if k >= table.beyond.shape[0] or float(table.beyond[k]) >= bound:
+    k, m = sites.shape[0] - n, table.beyond.shape[0]
+    within = images_within(xp, table, bound)            # the images left out that may own a point
+    if within <= k:
         return bound, False
-    owner = table.owner[k:]
-    images = xp.take(sites[:n, :], owner, axis=0) + table.shift[k:, :] * period
+    rows = xp.arange(k, within, dtype=xp.int64, device=dev)
+    owner = table.owner[k:within]
+    images = xp.take(sites[:n, :], owner, axis=0) + table.shift[k:within, :] * period
     from .._host import periodic_reach
 
-    owning = _compat.on_host(lambda *a: periodic_reach.left_out_owners(*a, support=_support_function(cells),
-                                                                       descend=_descent_function(cells, sites,
-                                                                                                 psi_sites),
-                                                                       memory=periodic_reach.descent_memory(
-                                                                           (id(table), n + k), images.shape[0]),
-                                                                       groups=diagram.periodic_groups,
-                                                                       pairs=diagram.periodic_pairs),
-                             sites, r2, psi_sites, used, side, images, xp.take(psi_sites[:n], owner),
-                             table.beyond[k:])
+    def test(sites, r2, psi_sites, used, side, images, psi_images, beyond, rows, active_sites, table_owner):
+        memory = periodic_reach.descent_memory(id(table), m, table)
+        memory.drifted(psi_sites[:n], active_sites[:n], table_owner, active_sites, used)
+        return periodic_reach.left_out_owners(sites, r2, psi_sites, used, side, images, psi_images, beyond,
+                                              support=_support_function(cells),
+                                              descend=_descent_function(cells, sites, psi_sites), memory=memory,
+                                              groups=diagram.periodic_groups, pairs=diagram.periodic_pairs, rows=rows)
+
+    owning = _compat.on_host(test, sites, r2, psi_sites, used, side, images, xp.take(psi_sites[:n], owner),
+                             table.beyond[k:within], rows, active_sites, table.owner)
     if owning is None:                  # not on the host, or a search too wide: the bound
         return bound, False
-    beyond = xp.where(xp.asarray(owning, device=aac.device(table.beyond)), table.beyond[k:], 0.0)
+    beyond = xp.where(xp.asarray(owning, device=dev), table.beyond[k:within], 0.0)
     return float(xp.max(beyond)), True
 
 
@@ -244,7 +251,7 @@ def _support_function(cells):
 
 
 def _descent_function(cells, sites, psi_sites):
-    """``descend(images, weights, starts)`` of :func:`sdot._host.periodic_reach.left_out_owners` by
+    """``descend(images, weights, starts, ends, least)`` of :func:`sdot._host.periodic_reach.left_out_owners` by
     the compiled descent (:mod:`sdot._host.compiled.descent`) over the host's copies of ``cells``
     (of ``sites``, weights ``psi_sites``), or None where it does not run."""
     from .._host import compiled
@@ -256,7 +263,8 @@ def _descent_function(cells, sites, psi_sites):
     host = [_compat.host_view(a) for a in arrays]
     if any(h is None for h in host) or not compiled.enabled():
         return None
-    return lambda images, weights, starts, ends: descent.owners(images, weights, starts, *host, ends=ends)
+    return lambda images, weights, starts, ends, least: descent.owners(images, weights, starts, *host, ends=ends,
+                                                                       least=least)
 
 
 def margin_of(table, count, n):

@@ -18,14 +18,39 @@ import numpy as np
 
 
 class DescentMemory:
-    """What the tests of one diagram's images left out keep for the next (:func:`descent_memory`):
-    ``starts`` (m,) the cell where each image's last descent stopped (-1: none yet), at the next
-    weights a start one or two cells away; ``tree`` a cKDTree of the sites of nonempty cells
-    ``nonempty`` (a start for the images met for the first time)."""
+    """What the tests of one problem's images keep for the next (:func:`descent_memory`), by
+    image (a row of the problem's table of images): ``starts`` (m,) the cell where each image's
+    last descent stopped (-1: none yet), at the next weights a start one or two cells away;
+    ``tree`` a cKDTree of the sites of nonempty cells ``nonempty`` (a start for the images met
+    for the first time); ``least`` (m,) a lower bound of each image's least power gap ``g`` over
+    the box (:mod:`sdot._host.compiled.descent`) at the weights of the last test (-inf: none),
+    with which an image is not descended again while the weights have not moved enough to make
+    it negative (:meth:`drifted`)."""
 
-    def __init__(self, m):
+    def __init__(self, m, anchor=None):
         self.starts = np.full(m, -1, np.int64)
         self.tree, self.nonempty = None, None
+        self.least = np.full(m, -np.inf)
+        self.last = None
+        self.anchor = anchor                # what the key names, kept alive so that its id is not reused
+
+    def drifted(self, psi_seeds, active_seeds, owner, active_sites, used_sites):
+        """Lower ``least`` to the seeds' new weights ``psi_seeds`` (``active_seeds`` of them;
+        ``owner`` (m,) the seed of each image) for a diagram of ``active_sites``, and remember
+        them with its nonempty cells ``used_sites``. The power gap of an image ``z`` of seed
+        ``s``, ``g(x) = |x - z|^2 - psi_s - min_c (|x - y_c|^2 - psi_c)`` over the other active
+        sites ``c``, falls by at most ``d_s - min d`` where the weights move by ``d`` (the
+        minimum over the active seeds), as long as the sites of the last diagram's nonempty cells
+        are still active sites (the cells of the others were empty: they are not in the ``min``):
+        else every bound is dropped."""
+        last = self.last
+        if (last is None or last[1].shape[0] > active_sites.shape[0] or not active_seeds.any()
+                or not active_sites[:last[1].shape[0]][last[1]].all()):
+            self.least[:] = -np.inf
+        else:
+            d = psi_seeds - last[0]
+            self.least -= d[owner] - np.min(d[active_seeds])
+        self.last = (psi_seeds.copy(), used_sites.copy())
 
     def nearest_cells(self, sites, used, points):
         """A nonempty cell near each of ``points``: of the sites of nonempty cells when the tree
@@ -53,17 +78,17 @@ class DescentMemory:
 _MEMORY = {}
 
 
-def descent_memory(key, m):
-    """The :class:`DescentMemory` of the ``m`` images left out of the diagrams named ``key`` (any
-    hashable that names the sites and images; one key at a time)."""
-    if key not in _MEMORY or _MEMORY[key].starts.shape[0] != m:
+def descent_memory(key, m, anchor=None):
+    """The :class:`DescentMemory` of the ``m`` images named ``key`` (any hashable that names the
+    seeds and images, ``anchor`` what it names by id; one key at a time)."""
+    if key not in _MEMORY or _MEMORY[key].starts.shape[0] != m or _MEMORY[key].anchor is not anchor:
         _MEMORY.clear()
-        _MEMORY[key] = DescentMemory(m)
+        _MEMORY[key] = DescentMemory(m, anchor)
     return _MEMORY[key]
 
 
 def left_out_owners(sites, r2, psi_sites, used, side, images, psi_images, beyond, support=None, descend=None,
-                    memory=None, groups=2, pairs=512):
+                    memory=None, groups=2, pairs=512, rows=None):
     """Which left-out images (``images`` (m, d), their weights, their distances ``beyond`` the
     box, nearest first) may own a point of a cell (``used`` ones, of ``sites`` with squared
     radii ``r2``, weights ``psi_sites`` and distances ``side`` to the periodic sides), (m,); None
@@ -72,7 +97,7 @@ def left_out_owners(sites, r2, psi_sites, used, side, images, psi_images, beyond
     support functions (``max u . e`` over their vertices ``u``, relative to the site), with
     which the test is exact (``z`` beats the site of ``c`` at a vertex, where the difference of
     their powers, affine, is least); without it, the bounds of the module docstring.
-    ``descend(images, weights, starts)``: whether sites would own a point of the diagram, by a
+    ``descend(images, weights, starts, ends, least)``: whether sites would own a point of the diagram, by a
     descent from the cells ``starts`` (:mod:`sdot._host.compiled.descent`), exact: where given,
     it tests the images when the balls are too wide (weights that vary by many squared spacings:
     a Gaussian density and 1e5 uniform Diracs on the torus, 0.1 s a test instead of the bound's
@@ -80,7 +105,9 @@ def left_out_owners(sites, r2, psi_sites, used, side, images, psi_images, beyond
     instead of 0.04 s). ``memory``: a :class:`DescentMemory` of the same sites and images, the
     descents' starts (without it each test finds them by a cKDTree: 80 of its 110 ms at 1e5).
     ``groups``, ``pairs``: :attr:`sdot._core.options.DiagramOptions.periodic_groups` and
-    ``periodic_pairs``."""
+    ``periodic_pairs``. ``rows``: each image's row in ``memory`` (default: its index); the images
+    whose least power gap there is positive are not descended (:meth:`DescentMemory.drifted`: at
+    1e5 on a Gaussian, most of them near convergence)."""
     owners = np.zeros(images.shape[0], np.bool_)
     if images.shape[0] == 0 or not used.any():
         return owners
@@ -112,7 +139,8 @@ def left_out_owners(sites, r2, psi_sites, used, side, images, psi_images, beyond
         # the descent (without it, to the global bound of :func:`sdot._core.periodic.margin_needed`)
         d = sites.shape[1]
         if len(sites) * np.sum(radius[cells] ** d) * (np.pi if d == 2 else 4.19) > pairs * cells.shape[0]:
-            return None if descend is None else _descended(sites, used, images, psi_images, maybe, descend, memory)
+            return None if descend is None else _descended(sites, used, images, psi_images, maybe, descend, memory,
+                                                           rows)
         near = cKDTree(images[group]).query_ball_point(sites[reached[cells]], radius[cells], return_sorted=False,
                                                        workers=settings().threads)
         lengths = np.fromiter(map(len, near), dtype=np.int64, count=len(near))
@@ -135,20 +163,26 @@ def left_out_owners(sites, r2, psi_sites, used, side, images, psi_images, beyond
     return owners
 
 
-def _descended(sites, used, images, psi_images, maybe, descend, memory=None):
+def _descended(sites, used, images, psi_images, maybe, descend, memory=None, rows=None):
     """The ``owners`` of :func:`left_out_owners` by ``descend`` from where each image's last
-    descent stopped (``memory``), or from the nonempty cell of the site nearest it."""
+    descent stopped (``memory``, at the ``rows``), or from the nonempty cell of the site nearest
+    it; not for the images whose least power gap there is positive."""
     memory = DescentMemory(images.shape[0]) if memory is None else memory
-    starts = memory.starts[maybe]
+    rows = np.arange(images.shape[0]) if rows is None else rows
+    maybe = maybe[~(memory.least[rows[maybe]] > 0.0)]
+    at = rows[maybe]
+    starts = memory.starts[at]
     valid = (starts >= 0) & (starts < used.shape[0])
     valid[valid] = used[starts[valid]]
     unknown = np.flatnonzero(~valid)
     if unknown.shape[0]:
         starts[unknown] = memory.nearest_cells(sites, used, images[maybe[unknown]])
     ends = np.empty(maybe.shape[0], np.int64)
+    least = np.empty(maybe.shape[0])
     owners = np.zeros(images.shape[0], np.bool_)
-    owners[maybe] = descend(images[maybe], psi_images[maybe], starts, ends)
-    memory.starts[maybe] = ends
+    owners[maybe] = descend(images[maybe], psi_images[maybe], starts, ends, least)
+    memory.starts[at] = ends
+    memory.least[at] = least
     return owners
 
 

@@ -65,12 +65,13 @@ def _has_vertex(i, x, tol, sites, vertices, size, corners, spatial):
 
 @njit
 def _descend(first, last, images, psi_images, starts, sites, psi, vertices, size, corners, labels, count, tol,
-             spatial, out, ends, x, fan):
+             spatial, out, ends, least, x, fan):
     d = sites.shape[1]
     for p in range(first, last):
         z = images[p]
         c = starts[p]
         owns = True                                 # unless the descent proves otherwise
+        low = -np.inf
         for step in range(STEPS):
             k, g = _lowest(c, z, psi_images[p], sites, psi, vertices, size, corners, spatial)
             if k < 0 or g < 0.0:
@@ -106,20 +107,24 @@ def _descend(first, last, images, psi_images, starts, sites, psi, vertices, size
             if full:
                 break
             if best_cell < 0:                       # the least value of g, not negative
-                owns = False
+                owns, low = False, g
                 break
             c = best_cell
         out[p] = owns
         ends[p] = c
+        least[p] = low
 
 
-def owners(images, psi_images, starts, sites, psi, vertices, count, labels, size=None, corners=None, ends=None):
+def owners(images, psi_images, starts, sites, psi, vertices, count, labels, size=None, corners=None, ends=None,
+           least=None):
     """Whether each site of ``images`` (m, d), weights ``psi_images``, would own a point of the
     diagram of ``sites`` (their weights ``psi``; 2D cells ``vertices`` (relative to the sites),
     ``count``, ``labels``, or 3D ones with ``size`` and ``corners`` too), each descent starting
     from the (nonempty) cell ``starts[p]``, (m,) booleans. ``ends`` (m,) int64, if given: set to
     the cell where each descent stopped (where ``g`` is least, if the site owns no point), a start
-    for the next test at nearby weights."""
+    for the next test at nearby weights. ``least`` (m,) float64, if given: set to the least value
+    of ``g`` over the box where the site owns no point (-inf where it may own one): at weights
+    that lower it by less, the site still owns none."""
     from . import run_rows
 
     spatial = size is not None
@@ -139,7 +144,8 @@ def owners(images, psi_images, starts, sites, psi, vertices, count, labels, size
     tol = 1e-9 * max(span, 1e-300)
     out = np.empty(images.shape[0], np.bool_)
     ends = np.empty(images.shape[0], np.int64) if ends is None else ends
+    least = np.empty(images.shape[0], np.float64) if least is None else least
     run_rows(lambda first, last: _descend(first, last, images, psi_images, starts, sites, psi, vertices, size, corners,
-                                          labels, count, tol, spatial, out, ends, np.empty(sites.shape[1]),
+                                          labels, count, tol, spatial, out, ends, least, np.empty(sites.shape[1]),
                                           np.empty(FAN, np.int64)), images.shape[0])
     return out
