@@ -17,52 +17,75 @@ the heavier pixel), from where Newton steps converge.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import array_api_compat as aac
 
 from . import _compat
 
 
-def balancing_step(xp, trial, d, rhs, active, reach2, bisections, like):
-    """``(t, evaluation, accepted, d)``: the first trial that the damping accepts while
-    bisecting ``t`` in ``[0, 1]`` on the sign of the dual's slope along ``d`` (returned as
-    scaled).
+class Bisection(NamedTuple):
+    """The line search's state: the bracket ``[lo, hi]`` of ``t``, the last trial short of the
+    maximum ``at_lo`` (an evaluation), the bisections done ``k``, whether ``t = 1`` was
+    ``tried``, and whether a trial was accepted (``ok``)."""
 
-    ``d`` is scaled to a span (max - min over the ``active`` Diracs) of ``reach2``, the
-    squared diameter of the seeds and the domain (no two nonempty cells' weights differ by
-    more); a ``d`` that is not finite is replaced by ``rhs``, the masses' deficits (the
-    dual's gradient, an ascent direction too). ``trial(t, d)`` evaluates ``psi + t d`` and
-    returns ``(evaluation, past, accepted)``: ``past`` if the trial lies beyond the maximum
-    (a negative slope, or a diagram with an empty or unsound cell: the weights at which
-    every cell is nonempty form a convex set). At most ``bisections`` trials after ``t = 1``;
-    if none is accepted, the last one short of the maximum is (the dual rose), if any.
-    ``like``: an evaluation of the trials' structure (the loop's initial value: the trial at
-    ``t = 1`` runs in the loop's body too, one diagram in a traced program).
-    """
+    lo: object
+    hi: object
+    at_lo: object
+    k: object
+    tried: object
+    ok: object
+
+
+def direction(xp, d, rhs, active, reach2):
+    """The line's direction: ``d`` scaled to a span (max - min over the ``active`` Diracs) of
+    ``reach2``, the squared diameter of the seeds and the domain (no two nonempty cells'
+    weights differ by more); a ``d`` that is not finite is replaced by ``rhs``, the masses'
+    deficits (the dual's gradient, an ascent direction too)."""
     d = xp.where(xp.all(xp.isfinite(d)), d, rhs)
     span = xp.max(xp.where(active, d, -xp.inf)) - xp.min(xp.where(active, d, xp.inf))
-    d = xp.where(active, d * (reach2 / xp.where(span > 0, span, 1.0)), 0.0)
-    one, zero = xp.ones_like(reach2), xp.zeros_like(reach2)
+    return xp.where(active, d * (reach2 / xp.where(span > 0, span, 1.0)), 0.0)
 
-    def cond(state):
-        return ~state[7] | (~state[3] & (state[6] < bisections))
 
-    # the first pass tries t = 1: accepted, or short of the maximum but not accepted (nothing
-    # further along the line to find), no bisection; then each pass bisects [lo, hi]
-    def body(state):
-        lo, hi, _, _, at_lo, _, k, tried = state
-        mid = xp.where(tried, 0.5 * (lo + hi), one)
-        new, past, ok = trial(mid, d)
-        back = past & tried
-        at_lo = _compat.cond(back, lambda: at_lo, lambda: new)
-        return (xp.where(past, xp.where(tried, lo, zero), mid), xp.where(back, mid, hi), mid,
-                xp.where(tried, ok, ok | ~past), at_lo, new, xp.where(tried, k + 1, k), xp.ones_like(tried))
+def start(xp, like, t):
+    """The state before the first trial (``like``: an evaluation of the trials' structure, ``t``
+    a scalar of their dtype)."""
+    no = xp.zeros((), dtype=xp.bool, device=aac.device(t))
+    return Bisection(xp.zeros_like(t), xp.ones_like(t), like, xp.zeros((), dtype=xp.int64, device=aac.device(t)), no,
+                     no)
 
-    k = xp.zeros((), dtype=xp.int64, device=aac.device(d))
-    no = xp.zeros((), dtype=xp.bool, device=aac.device(d))
-    lo, _, t, ok, at_lo, new, _, _ = _compat.while_loop(cond, body, (zero, one, one, no, like, like, k, no))
-    # none accepted: the last trial short of the maximum, if any (the dual rose)
-    t, new = _compat.cond(ok, lambda: (t, new), lambda: (lo, at_lo))
-    return t, new, ok | (lo > 0), d
+
+def more(search, bisections):
+    """Whether to try again: ``t = 1`` first; then, while none is accepted, at most
+    ``bisections`` trials."""
+    return ~search.tried | (~search.ok & (search.k < bisections))
+
+
+def next_t(xp, search):
+    """The next trial: ``t = 1``, then the middle of the bracket."""
+    return xp.where(search.tried, 0.5 * (search.lo + search.hi), xp.ones_like(search.lo))
+
+
+def after(xp, search, t, evaluation, past, accepted):
+    """The state after the trial at ``t``: its ``evaluation``, whether it lies ``past`` the
+    line's maximum (a negative slope, or a diagram with an empty or unsound cell: the weights
+    at which every cell is nonempty form a convex set) and whether the damping ``accepted``
+    it. The first trial (``t = 1``) ends the search if accepted, or if short of the maximum
+    (nothing further along the line to find)."""
+    tried = search.tried
+    back = past & tried
+    at_lo = _compat.cond(back, lambda: search.at_lo, lambda: evaluation)
+    return Bisection(xp.where(past, xp.where(tried, search.lo, xp.zeros_like(t)), t), xp.where(back, t, search.hi),
+                     at_lo, xp.where(tried, search.k + 1, search.k), xp.ones_like(tried),
+                     xp.where(tried, accepted, accepted | ~past))
+
+
+def result(search, t, evaluation):
+    """``(t, evaluation, accepted)`` of the search whose last trial was ``evaluation`` at
+    ``t``: that one if accepted; else the last trial short of the maximum, taken if there is
+    one (the dual rose)."""
+    t, evaluation = _compat.cond(search.ok, lambda: (t, evaluation), lambda: (search.lo, search.at_lo))
+    return t, evaluation, search.ok | (search.lo > 0)
 
 
 def slope(xp, d, deficits, active):

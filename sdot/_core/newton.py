@@ -180,26 +180,42 @@ def solve(xp, prob, tol, max_iter, active, targets, log=None, capacity=None,
     return Solution(st.psi, ev, err, st.it, converged, status, st.width, st.t, st.overflowed)
 
 
-def _damped_step(run, stage_prob, stage_width, psi, ev, d, norm0, t1, floor):
-    """Shrink ``t`` from ``t1`` until the step is accepted (:mod:`.damping`);
-    ``(t, evaluation, accepted, overflowed)``."""
-    xp, options = run.xp, run.options
+def _trials(run, stage_prob, st, d, rhs, norm0, t1, wide):
+    """``(t, evaluation, accepted, overflowed, step)``: the damping's trials along ``d``, from
+    ``t1`` then ``options.backtrack`` times smaller while rejected (:mod:`.damping`); where none
+    is accepted after a stalled step, or at once where ``d`` is ``wide``, the line search of the
+    dual along it (:mod:`.balancing`; ``step`` its scaled direction). One loop, one diagram per
+    pass: one evaluation in a traced program (half its size, compiled half as long)."""
+    xp, options, active = run.xp, run.options, run.active
+    scaled = balancing.direction(xp, d, rhs, active, run.reach2)
+
+    def past(new):                  # beyond the line's maximum (or unsound): the search's side
+        sound = new.cells.certified & ~xp.any(new.cells.overflow)
+        return ~sound | (balancing.slope(xp, scaled, run.goal(st.width) - new.moments[:, 0], active) < 0)
 
     def cond(state):
-        t, _, ok, tried, _ = state
-        return ~tried | (~ok & damping.more_trials(t, options))
+        damped, t, _, tried, ok, _, search = state
+        return xp.where(damped, ~tried | (~ok & damping.more_trials(t, options)),
+                        balancing.more(search, options.balance_bisections))
 
-    def loop_body(state):
-        t = xp.where(state[3], options.backtrack * state[0], state[0])
-        overflowed = state[4]
+    def body(state):
+        damped, t, tried, overflowed, search = state[0], state[1], state[3], state[5], state[6]
         del state                   # eagerly, the rejected diagram is freed before the next one
-        new, ok = run.trial(stage_prob, stage_width, psi + t * d, ev, floor, norm0, t)
-        return t, new, ok, xp.asarray(True, device=run.dev), overflowed | xp.any(new.cells.overflow)
+        t = xp.where(damped, xp.where(tried, options.backtrack * t, t), balancing.next_t(xp, search))
+        new, ok = run.trial(stage_prob, st.width, st.psi + t * xp.where(damped, d, scaled), st.ev, st.floor, norm0,
+                            t)
+        search = _compat.cond(damped, lambda: search, lambda: balancing.after(xp, search, t, new, past(new), ok))
+        # the damping rejected its last trial after a stalled step: the line search next
+        turn = damped & ~ok & ~damping.more_trials(t, options) & (st.stalls > 0)
+        return damped & ~turn, t, new, xp.ones_like(tried), ok, overflowed | xp.any(new.cells.overflow), search
 
-    # the first trial runs in the loop's body too: one diagram in the traced program
     no = xp.asarray(False, device=run.dev)
-    t, new, ok, _, overflowed = _compat.while_loop(cond, loop_body, (t1, ev, no, no, no))
-    return t, new, ok, overflowed
+    state = (~wide, t1, st.ev, no, no, no, balancing.start(xp, st.ev, t1))
+    damped, t, new, _, ok, overflowed, search = _compat.while_loop(cond, body, state)
+
+    def searched():
+        return balancing.result(search, t, new) + (no, scaled)
+    return _compat.cond(damped, lambda: (t, new, ok, overflowed, d), searched)
 
 
 def _newton_step(run, st):
@@ -239,32 +255,9 @@ def _newton_step(run, st):
     # continuation starts from here instead
     lost = lost | ((st.width == 0) & st.new_width & (hidden_at < options.hopeless_step))
 
-    def balance_trial(t, dd):
-        new, ok = run.trial(stage_prob, st.width, st.psi + t * dd, st.ev, st.floor, norm0, t)
-        sound = new.cells.certified & ~xp.any(new.cells.overflow)
-        past = ~sound | (balancing.slope(xp, dd, run.goal(st.width) - new.moments[:, 0], active) < 0)
-        return new, past, ok
-
     def proceed():
         t1 = damping.first_trial(xp, st.first, hidden_at, prob.seeds.shape[1], options)
-        no = xp.asarray(False, device=dev)
-
-        # a direction wider than the squared diameter (not finite included) that the blur
-        # did not take: pieces balanced by a line search of the dual (:mod:`.balancing`);
-        # damped, no trial reduced the residual (two Diracs against two pixels)
-        def balanced():
-            t, new, ok, scaled = balancing.balancing_step(xp, balance_trial, d, rhs, active, run.reach2,
-                                                          options.balance_bisections, st.ev)
-            return t, new, ok, no, scaled
-
-        def damped():
-            return _damped_step(run, stage_prob, st.width, st.psi, st.ev, d, norm0, t1, st.floor) + (d,)
-        t, new, ok, overflowed, step = _compat.cond(wide, lambda: (xp.zeros_like(st.t), st.ev, no, no, d), damped)
-        # the step after a stalled one: if no damping is accepted again, the line search of
-        # the dual along the direction (an ascent direction of the dual: <d, DG d> > 0);
-        # one call for both cases: one line search in the traced program
-        t, new, ok, overflowed, step = _compat.cond(
-            wide | (~ok & (st.stalls > 0)), balanced, lambda: (t, new, ok, overflowed, step))
+        t, new, ok, overflowed, step = _trials(run, stage_prob, st, d, rhs, norm0, t1, wide)
         psi, ev = _compat.cond(ok, lambda: (st.psi + t * step, new), lambda: (st.psi, st.ev))
         err = run.error(ev.moments, st.width)[0]
         if run.log is not None:
