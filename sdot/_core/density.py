@@ -73,10 +73,11 @@ class PixelDensity(NamedTuple):
         """Per cell ``int_{L_i} (x_a - y_ia)^2 rho`` for each axis (n, d)."""
         return geometry.of_seeds(seeds).integrate.axis_second_moments(xp, seeds, cells, self.values, self.lo, self.hi)
 
-    def blurred(self, xp, width, everywhere=False):
+    def blurred(self, xp, width, periodic=None):
         """The values blurred to ``width`` (a 0-d array, in the domain's units) on the same grid
-        (:func:`.continuation.blurred`; ``everywhere``: over the whole box)."""
-        return self._replace(values=continuation.blurred(xp, self.values, width, self.lo, self.hi, everywhere))
+        (:func:`.continuation.blurred`; ``periodic``: per axis whether it wraps, on a periodic
+        domain)."""
+        return self._replace(values=continuation.blurred(xp, self.values, width, self.lo, self.hi, periodic))
 
     def support_box(self, xp):
         """``(lo, hi)``: the smallest box of whole pixels that holds every pixel of positive value."""
@@ -168,12 +169,12 @@ class BernsteinDensity(NamedTuple):
         return _bernstein_kernels(seeds).bernstein_axis_second_moments(xp, seeds, cells, self.coefficients,
                                                                        self.lo, self.hi)
 
-    def blurred(self, xp, width, everywhere=False):
+    def blurred(self, xp, width, periodic=None):
         """The cell means blurred to ``width`` (:func:`.continuation.blurred`), each the constant
         polynomial of its cell (all its coefficients equal): a path for the continuation, whose
         last stage solves the density itself."""
         c = self.coefficients
-        means = continuation.blurred(xp, xp.mean(c, axis=-1), width, self.lo, self.hi, everywhere)
+        means = continuation.blurred(xp, xp.mean(c, axis=-1), width, self.lo, self.hi, periodic)
         return self._replace(coefficients=xp.broadcast_to(means[..., None], c.shape))
 
     def support_box(self, xp):

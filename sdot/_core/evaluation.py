@@ -165,16 +165,16 @@ def integrals_at(xp, prob, cells, width):
     (0: the density itself)."""
     if prob.period is not None:
         sites, owner = periodic.sites_of(xp, prob, cells)
-        moments, facet = at_width(xp, prob.density, width, everywhere=True).integrals(xp, sites, cells)
+        moments, facet = at_width(xp, prob.density, width, periodic.wrapping(prob)).integrals(xp, sites, cells)
         return Evaluation(cells, periodic.folded_rows(xp, moments, owner, prob.seeds.shape[0]), facet)
     moments, facet = at_width(xp, prob.density, width).integrals(xp, prob.seeds, cells)
     return Evaluation(cells, moments, facet)
 
 
-def at_width(xp, density, width, everywhere=False):
-    """``density`` blurred to ``width`` (0: the density itself; ``everywhere``: positive over
-    the whole box, on a periodic domain)."""
-    return _compat.cond(width > 0, lambda: density.blurred(xp, width, everywhere), lambda: density)
+def at_width(xp, density, width, wrapping=None):
+    """``density`` blurred to ``width`` (0: the density itself; ``wrapping``: on a periodic
+    domain, per axis whether it wraps, :func:`.periodic.wrapping`)."""
+    return _compat.cond(width > 0, lambda: density.blurred(xp, width, wrapping), lambda: density)
 
 
 @_compat.jit_on_jax()

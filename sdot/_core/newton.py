@@ -114,8 +114,12 @@ class _Run(NamedTuple):
         sites, owner = periodic.sites_of(self.xp, prob, ev.cells)
         return (sites,) + tuple(self.xp.take(a, owner) for a in per_seed)
 
+    def site_owner(self, ev):
+        """The seed of each site of ``ev``'s cells on a periodic domain (:meth:`on_sites`), else None."""
+        return None if self.prob.period is None else periodic.sites_of(self.xp, self.prob, ev.cells)[1]
+
     def at_width(self, width):
-        return self.prob._replace(density=at_width(self.xp, self.prob.density, width, self.prob.period is not None))
+        return self.prob._replace(density=at_width(self.xp, self.prob.density, width, periodic.wrapping(self.prob)))
 
     def trial(self, stage_prob, width, psi, ev, floor, norm0, t):
         """``(evaluation, accepted)`` of the trial ``psi`` (``t``: its damping)."""
@@ -248,7 +252,7 @@ def _newton_step(run, st):
     wide = ~(span(xp, d, active) <= run.reach2)
     lost = (st.width == 0) & wide
     hidden_at = _compat.cond(bounded, lambda: geom.hiding_step(xp, *run.on_sites(st.ev, st.psi, d, active),
-                                                                st.ev.cells, fans),
+                                                                st.ev.cells, fans, run.site_owner(st.ev)),
                              lambda: xp.full_like(st.first, xp.inf))
     # a start whose cells all hold their share, but whose first step hides a seed almost at
     # once, is far from the solution in the Newton model (a density that jumps): the

@@ -43,6 +43,12 @@ class ImageTable(NamedTuple):
     beyond: object
 
 
+def wrapping(prob):
+    """Per axis whether the domain of ``prob`` wraps around it (a tuple of booleans), None in
+    the plane."""
+    return None if prob.period is None else tuple(float(p) > 0 for p in prob.period)
+
+
 def fold_onto(xp, seeds, lo, period):
     """``seeds`` moved by whole periods into ``[lo, lo + period)`` on the periodic axes
     (``period > 0``)."""

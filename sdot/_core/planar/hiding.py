@@ -12,7 +12,7 @@ from __future__ import annotations
 import array_api_compat as aac
 
 from .. import _compat, row_blocks
-from ..hiding import first_hidden
+from ..hiding import first_hidden, first_hidden_of_seeds, hidden_times
 from .polygons import offsets
 
 
@@ -28,11 +28,13 @@ def fans(xp, seeds, psi, active, cells):
                             cells.count, (rows,), (cells.labels,), (None, None, None))
 
 
-def hiding_step(xp, seeds, psi, d, active, cells, fans_at_psi=None):
+def hiding_step(xp, seeds, psi, d, active, cells, fans_at_psi=None, owner=None):
     """The smallest ``t > 0`` at which a seed is certainly hidden (its cell empty) at
     weights ``psi + t d``, by a test on the neighbours in ``cells`` (the diagram at
     ``psi``), a 0-d array (``inf`` if none). ``fans_at_psi``: :func:`fans` of these
     cells if computed already, or a handle of :func:`..row_blocks.in_background` computing them.
+    ``owner``: the seed of each site when the seeds are the sites of a periodic domain (a
+    seed hidden once all its sites are, :func:`..hiding.first_hidden_of_seeds`).
 
     Seed i is hidden when its lifted point ``(y_i, |y_i|^2 - psi_i)`` lies above the
     plane of three other lifted seeds over a triangle that contains ``y_i`` (the lower
@@ -48,7 +50,9 @@ def hiding_step(xp, seeds, psi, d, active, cells, fans_at_psi=None):
     if fans_at_psi is None:
         fans_at_psi = fans(xp, seeds, psi, active, cells)
     corners, weights, gap = row_blocks.background_result(fans_at_psi)
-    return first_hidden(xp, d, active, corners, weights, gap)
+    if owner is None:
+        return first_hidden(xp, d, active, corners, weights, gap)
+    return first_hidden_of_seeds(xp, hidden_times(xp, d, active, corners, weights, gap), owner, active, cells.count)
 
 
 @_compat.jit_on_jax()

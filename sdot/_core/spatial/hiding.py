@@ -18,7 +18,7 @@ from __future__ import annotations
 import array_api_compat as aac
 
 from .. import _compat, row_blocks
-from ..hiding import first_hidden
+from ..hiding import first_hidden, first_hidden_of_seeds, hidden_times
 
 #: Vertex slots of the first pass over the cells (then all slots of the cells with more):
 #: uniform seeds have 27 vertices per cell on average, 46 at the 99th percentile.
@@ -50,17 +50,21 @@ def _compiled_fans(xp, seeds, psi, active, cells):
     return _compat.compiled_call(xp, kernel, seeds, psi, active, cells.labels, cells.count, cells.size, cells.corners)
 
 
-def hiding_step(xp, seeds, psi, d, active, cells, fans_at_psi=None):
+def hiding_step(xp, seeds, psi, d, active, cells, fans_at_psi=None, owner=None):
     """The smallest ``t > 0`` at which a seed is certainly hidden (its cell empty) at
     weights ``psi + t d``, by the tetrahedra of :func:`fans` of ``cells`` (the diagram at
     ``psi``), a 0-d array (``inf`` if none). ``fans_at_psi``: :func:`fans` of these cells
     if computed already, or a handle of :func:`..row_blocks.in_background` computing them.
+    ``owner``: the seed of each site when the seeds are the sites of a periodic domain (a
+    seed hidden once all its sites are, :func:`..hiding.first_hidden_of_seeds`).
     A cell may empty earlier (through other tetrahedra): this bounds from above the first
     ``t`` that empties a cell; the damping places its first trial below it."""
     if fans_at_psi is None:
         fans_at_psi = fans(xp, seeds, psi, active, cells)
     corners, weights, gap = row_blocks.background_result(fans_at_psi)
-    return first_hidden(xp, d, active, corners, weights, gap)
+    if owner is None:
+        return first_hidden(xp, d, active, corners, weights, gap)
+    return first_hidden_of_seeds(xp, hidden_times(xp, d, active, corners, weights, gap), owner, active, cells.count)
 
 
 def _cross(a, b):
