@@ -189,7 +189,8 @@ def _trials(run, stage_prob, st, d, rhs, norm0, t1, wide):
     ``t1`` then ``options.backtrack`` times smaller while rejected (:mod:`.damping`); where none
     is accepted after a stalled step, or at once where ``d`` is ``wide``, the line search of the
     dual along it (:mod:`.balancing`; ``step`` its scaled direction). One loop, one diagram per
-    pass: one evaluation in a traced program (half its size, compiled half as long)."""
+    pass: one evaluation in a traced program instead of two (at 1e3 Diracs in 2D, 18% fewer
+    equations)."""
     xp, options, active = run.xp, run.options, run.active
     scaled = balancing.direction(xp, d, rhs, active, run.reach2)
 
