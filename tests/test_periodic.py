@@ -575,7 +575,8 @@ def test_a_gaussian_near_a_side(numpy_driver):
 def test_a_seed_is_hidden_once_all_its_pieces_are():
     """On a periodic domain a seed's cell is the union of its sites' cells: the hiding step of the
     seeds is the least over seeds of their last nonempty piece's time (an empty piece counts as
-    hidden, an inactive seed never hides)."""
+    hidden; a seed hidden already, all its pieces empty, bounds nothing, as in the plane: counted
+    as hidden at t = 0 it stopped every step of a cluster of Diracs on a 3D torus)."""
     import array_api_compat.numpy as xp
 
     from sdot._core.hiding import first_hidden_of_seeds
@@ -587,4 +588,6 @@ def test_a_seed_is_hidden_once_all_its_pieces_are():
     # seed 0: max(0.5, 0.3); seed 1: inf (its empty piece does not hide it sooner); seed 2: 0.9
     assert float(first_hidden_of_seeds(xp, times, owner, active, count)) == 0.5
     count[1] = 0                                    # seed 1's other piece empty too: hidden already
-    assert float(first_hidden_of_seeds(xp, times, owner, active, count)) == 0.0
+    assert float(first_hidden_of_seeds(xp, times, owner, active, count)) == 0.5
+    count[0] = 0                                    # seed 0 left with its piece of time 0.3
+    assert float(first_hidden_of_seeds(xp, times, owner, active, count)) == 0.3

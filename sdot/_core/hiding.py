@@ -35,13 +35,14 @@ def first_hidden_of_seeds(xp, times, owner, active, count):
     """The smallest ``t`` at which a seed is certainly hidden when its cell is the union of the
     cells of its sites (on a periodic domain, the seed and its images: ``owner`` (n',) the seed
     of each site): that of its last nonempty site (``times`` per site, :func:`hidden_times`; the
-    ``active`` sites of empty cells, ``count == 0``, as hidden already). A piece of a cell
-    across a side vanishing hides no seed (on the torus, bounding the steps by the pieces'
-    times crawled through the continuation: 300 steps unsolved where the plane takes 25)."""
-    times = xp.where(active & (count == 0), xp.zeros_like(times), times)
+    ``active`` sites of empty cells, ``count == 0``, as hidden already; a seed all of whose sites
+    are, hidden before the step, bounds nothing, as in the plane). A piece of a cell across a side
+    vanishing hides no seed."""
+    times = xp.where(active & (count == 0), xp.full_like(times, -xp.inf), times)
     order = xp.argsort(times, stable=True)
     order = xp.take(order, xp.argsort(xp.take(owner, order), stable=True))     # by seed, each by time
     seeds = xp.take(owner, order)
     n = int(xp.max(owner)) + 1
     last = xp.searchsorted(seeds, xp.arange(n, dtype=seeds.dtype, device=aac.device(seeds)), side="right") - 1
-    return xp.min(xp.take(xp.take(times, order), last))
+    per_seed = xp.take(xp.take(times, order), last)
+    return xp.min(xp.where(per_seed == -xp.inf, xp.inf, per_seed))
